@@ -1,0 +1,157 @@
+//! Daemon configuration: TOML file (`/etc/bosun/config.toml`) with working defaults, overridable by flags.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Where the daemon looks for its config when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/bosun/config.toml";
+/// The default CRI socket.
+pub const DEFAULT_SOCKET: &str = "/run/bosun/bosun.sock";
+
+/// How cgroups are named and managed; reported to the kubelet by the RuntimeConfig RPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    /// Plain cgroupfs paths (the default: no systemd needed).
+    #[default]
+    Cgroupfs,
+    /// systemd slices and scopes.
+    Systemd,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Image store settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageConfig {
+    /// Largest uncompressed layer accepted (bytes).
+    pub max_layer_bytes: u64,
+    /// Most tar entries accepted in one layer.
+    pub max_layer_entries: u64,
+    /// Layers downloaded at once per pull.
+    pub max_concurrent_downloads: usize,
+}
+
+impl Default for ImageConfig {
+    fn default() -> Self {
+        ImageConfig {
+            max_layer_bytes: 64 << 30,
+            max_layer_entries: 2_000_000,
+            max_concurrent_downloads: 3,
+        }
+    }
+}
+
+/// The whole daemon configuration. Every key is optional in the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The CRI unix socket (mode 0660).
+    pub socket: PathBuf,
+    /// Persistent data: images, snapshots, container state.
+    pub root: PathBuf,
+    /// Volatile state: lock file, pinned namespaces.
+    pub state: PathBuf,
+    /// The OCI runtime binary (looked up in PATH when not absolute).
+    pub runtime: PathBuf,
+    /// cgroup driver reported to the kubelet and used for container cgroups.
+    pub cgroup_driver: CgroupDriver,
+    /// tracing filter (`info`, `debug`, `bosun=debug,info`).
+    pub log_level: String,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Image store limits.
+    pub image: ImageConfig,
+    /// Registry hosts: mirrors, plain HTTP, CA files.
+    pub registry: crate::image::registry::RegistryConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            root: PathBuf::from("/var/lib/bosun"),
+            state: PathBuf::from("/run/bosun"),
+            runtime: PathBuf::from("runc"),
+            cgroup_driver: CgroupDriver::default(),
+            log_level: "info".to_string(),
+            log_format: LogFormat::default(),
+            image: ImageConfig::default(),
+            registry: Default::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads `path`; a missing file at the default path means defaults, a missing explicit file
+    /// is an error.
+    pub fn load(path: Option<&Path>) -> Result<Config> {
+        let (path, explicit) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                Self::parse(&text).map_err(|e| e.context(format!("config {}", path.display())))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok(Config::default())
+            }
+            Err(e) => Err(Error::invalid(format!("config {}: {e}", path.display()))),
+        }
+    }
+
+    /// Parses TOML text.
+    pub fn parse(text: &str) -> Result<Config> {
+        toml::from_str(text).map_err(|e| Error::invalid(e.to_string()))
+    }
+
+    /// The effective config as TOML, for `Status` verbose info and `bosun config`.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::parse("").expect("parse");
+        assert_eq!(c, Config::default());
+        assert_eq!(c.socket, PathBuf::from("/run/bosun/bosun.sock"));
+    }
+
+    #[test]
+    fn keys_override_and_unknown_keys_are_refused() {
+        let c = Config::parse(
+            "root = \"/tmp/r\"\ncgroup_driver = \"systemd\"\n[image]\nmax_layer_entries = 5\n",
+        )
+        .expect("parse");
+        assert_eq!(c.root, PathBuf::from("/tmp/r"));
+        assert_eq!(c.cgroup_driver, CgroupDriver::Systemd);
+        assert_eq!(c.image.max_layer_entries, 5);
+        let err = Config::parse("sockett = \"/x\"").expect_err("typo must be refused");
+        assert!(err.to_string().contains("sockett"), "{err}");
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let c = Config::default();
+        assert_eq!(Config::parse(&c.to_toml()).expect("parse"), c);
+    }
+}

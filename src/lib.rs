@@ -1,0 +1,14 @@
+//! bosun: a Kubernetes CRI v1 runtime for test nodes, CI runners and kind images.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod cri;
+pub mod daemon;
+pub mod error;
+pub mod image;
+pub mod proto;
+pub mod store;
+pub mod version;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,40 @@
+//! The bosun binary: daemon and CLI subcommands.
+
+use clap::Parser;
+
+use bosun::cli::{self, Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bosun: start tokio runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let socket = cli::client_socket(&cli);
+    let result: anyhow::Result<()> = rt.block_on(async {
+        match cli.command {
+            Command::Daemon(ref args) => {
+                let config = args.resolve(cli.socket.clone())?;
+                bosun::daemon::logging::init(&config.log_level, config.log_format);
+                bosun::daemon::run(config)
+                    .await
+                    .map_err(anyhow::Error::from)
+            }
+            Command::Image(cmd) => cli::image::run(socket, cmd).await,
+            Command::Version => cli::version(&socket).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bosun: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Crash-safe file writes: write a temp file, fsync, rename over the target, fsync the directory.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, ResultExt};
+
+/// A temp path next to `path` that no other writer picks (random suffix).
+pub fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".tmp-{}-{:016x}", name, rand::random::<u64>()))
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves either the old or the new content.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = temp_path(path);
+    let res = (|| -> Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .ctx(|| format!("create {}", tmp.display()))?;
+        f.write_all(bytes)
+            .ctx(|| format!("write {}", tmp.display()))?;
+        f.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
+        fs::rename(&tmp, path).ctx(|| format!("rename into {}", path.display()))?;
+        sync_parent(path)
+    })();
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    res
+}
+
+/// Serialises `value` as JSON and writes it atomically.
+pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(value)?;
+    write_atomic(path, &bytes)
+}
+
+/// fsyncs the directory holding `path`, making a rename or unlink in it durable.
+pub fn sync_parent(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// fsyncs a directory.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .ctx(|| format!("fsync directory {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_atomic_replaces_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("status.json");
+        write_atomic(&p, b"one").expect("first write");
+        write_atomic(&p, b"two").expect("second write");
+        assert_eq!(fs::read(&p).expect("read"), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path()).expect("ls").flatten().collect();
+        assert_eq!(names.len(), 1, "temp files left behind");
+    }
+}
