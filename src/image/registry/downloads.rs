@@ -1,0 +1,208 @@
+//! Shared blob downloads: one task per digest, joined by concurrent pulls, immune to cancelled callers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::{BoxFuture, FutureExt, Shared};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::image::content::ContentStore;
+use crate::image::digest::Digest;
+use crate::image::manifest::Descriptor;
+use crate::image::reference::Reference;
+use crate::image::registry::{Credentials, Endpoint, RegistryClient};
+
+/// Progress is reported at most once per this many bytes of a blob (and at its end).
+const PROGRESS_STEP: u64 = 512 << 10;
+/// A waiter whose joined download failed tries this many times in all before giving up.
+const MAX_ATTEMPTS: usize = 3;
+
+/// Where a blob comes from.
+#[derive(Debug, Clone)]
+pub(crate) struct Source {
+    /// The endpoint that served the manifest.
+    pub endpoint: Endpoint,
+    /// The repository's reference.
+    pub reference: Reference,
+    /// The caller's credentials.
+    pub creds: Credentials,
+}
+
+/// What happened to one blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlobEvent {
+    /// It was in the store already.
+    Cached,
+    /// Bytes received so far.
+    Progress(u64),
+    /// Downloaded, verified and committed.
+    Done,
+}
+
+/// A download in flight: its result (shared by every waiter) and its progress.
+#[derive(Clone)]
+struct Flight {
+    done: Shared<BoxFuture<'static, Result<()>>>,
+    progress: watch::Receiver<u64>,
+}
+
+struct Inner {
+    registry: RegistryClient,
+    content: ContentStore,
+    flights: Mutex<HashMap<Digest, Flight>>,
+}
+
+/// The table of downloads in flight; clones share it.
+#[derive(Clone)]
+pub(crate) struct Downloads {
+    inner: Arc<Inner>,
+}
+
+impl Downloads {
+    /// Downloads from `registry` into `content`.
+    pub(crate) fn new(registry: RegistryClient, content: ContentStore) -> Self {
+        Downloads {
+            inner: Arc::new(Inner {
+                registry,
+                content,
+                flights: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The store blobs land in.
+    pub(crate) fn content(&self) -> &ContentStore {
+        &self.inner.content
+    }
+
+    /// The registry client.
+    pub(crate) fn registry(&self) -> &RegistryClient {
+        &self.inner.registry
+    }
+
+    /// Downloads still running.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.inner
+            .flights
+            .lock()
+            .map(|m| m.len())
+            .unwrap_or_default()
+    }
+
+    /// Makes blob `desc` present in the store: already there, joining a download in flight, or
+    /// starting one in its own task. A waiter whose joined download failed starts its own.
+    pub(crate) async fn fetch(
+        &self,
+        src: &Source,
+        desc: &Descriptor,
+        mut on_event: impl FnMut(BlobEvent),
+    ) -> Result<()> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (flight, mine) = {
+                let mut map = self
+                    .inner
+                    .flights
+                    .lock()
+                    .map_err(|_| Error::internal("download table poisoned"))?;
+                // Checked under the lock: a finishing download commits before leaving the table.
+                if self.inner.content.contains(&desc.digest) {
+                    drop(map);
+                    on_event(BlobEvent::Cached);
+                    return Ok(());
+                }
+                match map.get(&desc.digest) {
+                    Some(f) => (f.clone(), false),
+                    None => {
+                        let f = self.spawn(src.clone(), desc.clone());
+                        map.insert(desc.digest.clone(), f.clone());
+                        (f, true)
+                    }
+                }
+            };
+            match follow(flight, desc.size, &mut on_event).await {
+                Ok(()) => {
+                    on_event(BlobEvent::Done);
+                    return Ok(());
+                }
+                Err(e) if mine || attempt >= MAX_ATTEMPTS => return Err(e),
+                Err(e) => {
+                    tracing::debug!(digest = %desc.digest, error = %e, "joined download failed");
+                }
+            }
+        }
+    }
+
+    /// Starts downloading `desc`; the task leaves the table when it ends, however it ends.
+    fn spawn(&self, src: Source, desc: Descriptor) -> Flight {
+        let (tx, progress) = watch::channel(0u64);
+        let inner = self.inner.clone();
+        let handle = tokio::spawn(async move {
+            let _leave = Leave {
+                inner: inner.clone(),
+                digest: desc.digest.clone(),
+            };
+            // Dropped before `_leave` on failure, so no partial file outlives the table entry.
+            let mut ingest = inner.content.ingest(&desc.digest, Some(desc.size))?;
+            let report = |n| {
+                tx.send_replace(n);
+            };
+            let (ep, r, creds) = (&src.endpoint, &src.reference, &src.creds);
+            inner
+                .registry
+                .fetch_blob(ep, r, creds, &desc, &mut ingest, report)
+                .await?;
+            // Commit fsyncs the whole blob: keep it off the async workers.
+            tokio::task::spawn_blocking(move || ingest.commit())
+                .await
+                .map_err(|e| Error::internal(format!("commit task: {e}")))?
+        });
+        let done = async move {
+            handle
+                .await
+                .unwrap_or_else(|e| Err(Error::internal(format!("download task: {e}"))))
+        }
+        .boxed()
+        .shared();
+        Flight { done, progress }
+    }
+}
+
+/// Removes a download from the table when its task ends, even by panic or abort.
+struct Leave {
+    inner: Arc<Inner>,
+    digest: Digest,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.inner.flights.lock() {
+            map.remove(&self.digest);
+        }
+    }
+}
+
+/// Waits for `flight`, passing on its progress in steps.
+async fn follow(flight: Flight, size: u64, on_event: &mut impl FnMut(BlobEvent)) -> Result<()> {
+    let Flight { done, mut progress } = flight;
+    let mut done = std::pin::pin!(done);
+    let mut last = 0;
+    loop {
+        tokio::select! {
+            res = &mut done => return res,
+            changed = progress.changed() => {
+                if changed.is_err() {
+                    return done.await;
+                }
+                let n = *progress.borrow_and_update();
+                if n >= last + PROGRESS_STEP || n == size {
+                    last = n;
+                    on_event(BlobEvent::Progress(n));
+                }
+            }
+        }
+    }
+}
