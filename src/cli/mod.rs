@@ -1,0 +1,114 @@
+//! Command-line interface: `bosun daemon`, `bosun image …`, `bosun version`.
+
+pub mod client;
+pub mod image;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{CgroupDriver, Config, LogFormat, DEFAULT_SOCKET};
+
+/// bosun: a small, predictable Kubernetes CRI runtime.
+#[derive(Debug, Parser)]
+#[command(name = "bosun", version = crate::version::LONG, about)]
+pub struct Cli {
+    /// The daemon's socket (client commands), or where to serve (daemon).
+    #[arg(long, global = true, env = "BOSUN_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon (CRI on a unix socket).
+    Daemon(DaemonArgs),
+    /// Manage images.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
+    /// Print client and daemon versions.
+    Version,
+}
+
+/// Daemon flags; each overrides the config file's key of the same name.
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Config file (default /etc/bosun/config.toml, optional).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Persistent data directory.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// Volatile state directory.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// OCI runtime binary.
+    #[arg(long)]
+    pub runtime: Option<PathBuf>,
+    /// cgroup driver.
+    #[arg(long, value_enum)]
+    pub cgroup_driver: Option<CgroupDriver>,
+    /// Log filter (e.g. info, debug).
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// Log format.
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+impl DaemonArgs {
+    /// The config file merged with these flags.
+    pub fn resolve(&self, socket: Option<PathBuf>) -> crate::Result<Config> {
+        let mut c = Config::load(self.config.as_deref())?;
+        if let Some(s) = socket {
+            c.socket = s;
+        }
+        if let Some(v) = &self.root {
+            c.root = v.clone();
+        }
+        if let Some(v) = &self.state {
+            c.state = v.clone();
+        }
+        if let Some(v) = &self.runtime {
+            c.runtime = v.clone();
+        }
+        if let Some(v) = self.cgroup_driver {
+            c.cgroup_driver = v;
+        }
+        if let Some(v) = &self.log_level {
+            c.log_level = v.clone();
+        }
+        if let Some(v) = self.log_format {
+            c.log_format = v;
+        }
+        Ok(c)
+    }
+}
+
+/// The socket client commands talk to.
+pub fn client_socket(cli: &Cli) -> PathBuf {
+    cli.socket
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+}
+
+/// `bosun version`: this binary's version and the daemon's, if reachable.
+pub async fn version(socket: &std::path::Path) -> anyhow::Result<()> {
+    use crate::proto::runtime::v1 as pb;
+    println!("client: bosun {}", crate::version::long());
+    let channel = client::connect(socket).await?;
+    let v = pb::runtime_service_client::RuntimeServiceClient::new(channel)
+        .version(pb::VersionRequest {
+            version: String::new(),
+        })
+        .await?
+        .into_inner();
+    println!(
+        "daemon: {} {} (CRI {})",
+        v.runtime_name, v.runtime_version, v.runtime_api_version
+    );
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! CRI v1 gRPC handlers: translation only (proto ⇄ domain, Error → Status), no state of their own.
+
+pub mod image;
+pub mod runtime;
+pub mod status;
+
+pub use image::CriImages;
+pub use runtime::CriRuntime;

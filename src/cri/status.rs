@@ -1,0 +1,70 @@
+//! The one mapping from domain errors to gRPC status codes, and the per-RPC log line.
+
+use tonic::{Code, Response, Status};
+
+use crate::error::{Error, ErrorKind};
+
+/// The gRPC code for an error kind.
+pub fn code(kind: ErrorKind) -> Code {
+    match kind {
+        ErrorKind::InvalidArgument => Code::InvalidArgument,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::AlreadyExists => Code::AlreadyExists,
+        ErrorKind::FailedPrecondition => Code::FailedPrecondition,
+        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::PermissionDenied => Code::PermissionDenied,
+        ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
+        ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+        ErrorKind::Unimplemented => Code::Unimplemented,
+        ErrorKind::Internal => Code::Internal,
+    }
+}
+
+/// Converts a domain error to a Status, logging it once here at the RPC boundary.
+pub fn to_status(rpc: &'static str, e: Error) -> Status {
+    match e.kind() {
+        ErrorKind::Internal | ErrorKind::Unavailable => tracing::warn!(rpc, "{e}"),
+        _ => tracing::debug!(rpc, "{e}"),
+    }
+    Status::new(code(e.kind()), e.to_string())
+}
+
+/// Wraps a domain result into a gRPC response.
+pub fn reply<T>(rpc: &'static str, r: crate::Result<T>) -> Result<Response<T>, Status> {
+    r.map(Response::new).map_err(|e| to_status(rpc, e))
+}
+
+/// The answer for RPCs a later bosun version implements.
+pub fn unimplemented(rpc: &'static str) -> Status {
+    Status::unimplemented(format!(
+        "bosun {}: {rpc} is not implemented yet",
+        crate::version::VERSION
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_maps_to_its_code() {
+        let table = [
+            (ErrorKind::InvalidArgument, Code::InvalidArgument),
+            (ErrorKind::NotFound, Code::NotFound),
+            (ErrorKind::AlreadyExists, Code::AlreadyExists),
+            (ErrorKind::FailedPrecondition, Code::FailedPrecondition),
+            (ErrorKind::Unavailable, Code::Unavailable),
+            (ErrorKind::PermissionDenied, Code::PermissionDenied),
+            (ErrorKind::DeadlineExceeded, Code::DeadlineExceeded),
+            (ErrorKind::ResourceExhausted, Code::ResourceExhausted),
+            (ErrorKind::Unimplemented, Code::Unimplemented),
+            (ErrorKind::Internal, Code::Internal),
+        ];
+        for (kind, want) in table {
+            assert_eq!(code(kind), want, "{kind:?}");
+        }
+        let s = to_status("PullImage", Error::invalid("image reference \"A\": bad"));
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "image reference \"A\": bad");
+    }
+}

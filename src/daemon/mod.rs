@@ -1,0 +1,73 @@
+//! The daemon: take the state lock, open the stores, bind the socket, serve CRI and bosun.v1 until a signal.
+
+pub mod lock;
+pub mod logging;
+pub mod socket;
+
+use std::sync::Arc;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+
+use crate::api::ApiImages;
+use crate::config::Config;
+use crate::cri::{CriImages, CriRuntime};
+use crate::error::{Error, Result};
+use crate::image::service::Images;
+use crate::proto::bosun::v1::images_server::ImagesServer;
+use crate::proto::runtime::v1::image_service_server::ImageServiceServer;
+use crate::proto::runtime::v1::runtime_service_server::RuntimeServiceServer;
+
+/// Largest gRPC message accepted or sent (kubelet uses 16 MiB; ExecSync output can be 2 × 16 MiB).
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// Runs the daemon until SIGTERM or SIGINT; containers (later) are left running on exit.
+pub async fn run(config: Config) -> Result<()> {
+    let config = Arc::new(config);
+    std::fs::create_dir_all(&config.state).map_err(|e| {
+        Error::internal(format!("create state dir {}: {e}", config.state.display()))
+    })?;
+    let _lock = lock::StateLock::acquire(&config.state)?;
+    let images = Images::open(&config)?;
+    let listener = socket::bind(&config.socket)?;
+    tracing::info!(
+        socket = %config.socket.display(),
+        root = %config.root.display(),
+        version = %crate::version::long(),
+        images = images.list().len(),
+        "bosun serving"
+    );
+
+    let shutdown = async {
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    };
+
+    let served = Server::builder()
+        .add_service(
+            RuntimeServiceServer::new(CriRuntime::new(config.clone()))
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        )
+        .add_service(
+            ImageServiceServer::new(CriImages::new(images.clone()))
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        )
+        .add_service(ImagesServer::new(ApiImages::new(images.clone())))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await;
+    let _ = std::fs::remove_file(&config.socket);
+    served.map_err(|e| Error::internal(format!("serve {}: {e}", config.socket.display())))?;
+    tracing::info!("bosun stopped");
+    Ok(())
+}
