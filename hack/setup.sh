@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian 12 machine (as root) to build and test bosun:
+# installs the system packages the tests use, checks the preinstalled Rust
+# toolchain, stops the package-started registry/containerd services (tests
+# start their own instances) and builds the offline test images into
+# ./test-images. Safe to run again.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+PACKAGES=(
+  build-essential pkg-config curl ca-certificates git
+  runc
+  busybox          # the dynamic one; it conflicts with busybox-static
+  docker-registry
+  apache2-utils    # htpasswd
+  zstd python3 iproute2 iptables psmisc procps util-linux
+  containerd       # benchmark peer
+  jq
+  attr            # getfattr, to check unpacked xattrs
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: must run as root" >&2
+  exit 1
+fi
+
+echo "setup: installing packages: ${PACKAGES[*]}"
+apt-get update
+DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
+  export PATH="${HOME:-/root}/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo is not on PATH; the Rust toolchain must be preinstalled (rustup cannot be downloaded here)" >&2
+  exit 1
+fi
+
+# Tests start their own registry and containerd: stop what the packages started.
+systemctl disable --now docker-registry containerd 2>/dev/null || true
+if [ ! -d /run/systemd/system ]; then
+  for svc in docker-registry containerd; do
+    if [ -x "/etc/init.d/$svc" ]; then
+      "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+    fi
+  done
+fi
+
+cd "$ROOT"
+python3 hack/testimages.py build --out test-images
+
+images=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["images"]))' test-images/manifest.json)
+echo "setup: ok: packages installed, $(cargo --version), $images test images in $ROOT/test-images"

@@ -1,0 +1,178 @@
+//! Daemon behaviour over the socket: Version, Status, RuntimeConfig, socket mode, single instance, signals.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+use anyhow::{ensure, Context};
+use bosun::proto::runtime::v1 as pb;
+
+use crate::support::{block_on, trial, Daemon, Need};
+
+pub fn trials() -> Vec<libtest_mimic::Trial> {
+    vec![
+        trial(
+            "daemon::version_status_and_runtime_config",
+            &[Need::Root],
+            version_status_and_runtime_config,
+        ),
+        trial(
+            "daemon::socket_is_0660_and_second_daemon_is_refused",
+            &[Need::Root],
+            socket_is_0660_and_second_daemon_is_refused,
+        ),
+        trial(
+            "daemon::sigterm_exits_zero_and_stale_socket_is_replaced",
+            &[Need::Root],
+            sigterm_exits_zero_and_stale_socket_is_replaced,
+        ),
+        trial(
+            "daemon::unserved_rpcs_say_unimplemented",
+            &[Need::Root],
+            unserved_rpcs_say_unimplemented,
+        ),
+        trial(
+            "daemon::bad_config_is_refused_with_the_key",
+            &[Need::Root],
+            bad_config_is_refused_with_the_key,
+        ),
+    ]
+}
+
+fn version_status_and_runtime_config() -> anyhow::Result<()> {
+    let d = Daemon::start("")?;
+    block_on(async {
+        let mut rt = d.runtime().await?;
+        let v = rt
+            .version(pb::VersionRequest::default())
+            .await?
+            .into_inner();
+        ensure!(v.runtime_name == "bosun", "{v:?}");
+        ensure!(v.runtime_api_version == "v1", "{v:?}");
+        ensure!(
+            !v.version.is_empty() && v.runtime_version.contains(env!("CARGO_PKG_VERSION")),
+            "{v:?}"
+        );
+        ensure!(
+            v.runtime_version.contains("commit"),
+            "commit missing: {v:?}"
+        );
+
+        let st = rt
+            .status(pb::StatusRequest { verbose: true })
+            .await?
+            .into_inner();
+        let conds = st.status.context("status missing")?.conditions;
+        let get = |t: &str| conds.iter().find(|c| c.r#type == t).cloned();
+        let ready = get("RuntimeReady").context("RuntimeReady missing")?;
+        ensure!(ready.status, "{ready:?}");
+        let net = get("NetworkReady").context("NetworkReady missing")?;
+        ensure!(
+            !net.status && !net.reason.is_empty(),
+            "NetworkReady must say why it is false: {net:?}"
+        );
+        let cfg = st.info.get("config").context("verbose info lacks config")?;
+        ensure!(
+            cfg.contains(&d.root().display().to_string()),
+            "effective config not shown: {cfg}"
+        );
+
+        let rc = rt
+            .runtime_config(pb::RuntimeConfigRequest {})
+            .await?
+            .into_inner();
+        ensure!(
+            rc.linux.map(|l| l.cgroup_driver) == Some(pb::CgroupDriver::Cgroupfs as i32),
+            "cgroupfs must be answered explicitly"
+        );
+        let out = d.cli(&["version"])?;
+        ensure!(out.status.success(), "{out:?}");
+        ensure!(
+            String::from_utf8_lossy(&out.stdout).contains("daemon: bosun"),
+            "{out:?}"
+        );
+        Ok(())
+    })
+}
+
+fn socket_is_0660_and_second_daemon_is_refused() -> anyhow::Result<()> {
+    let d = Daemon::start("")?;
+    let meta = std::fs::metadata(d.socket())?;
+    ensure!(meta.file_type().is_socket());
+    ensure!(
+        meta.permissions().mode() & 0o777 == 0o660,
+        "mode {:o}",
+        meta.permissions().mode()
+    );
+    let out = std::process::Command::new(crate::support::daemon::BOSUN)
+        .arg("--socket")
+        .arg(d.dir().join("other.sock"))
+        .args(["daemon", "--root"])
+        .arg(d.root())
+        .arg("--state")
+        .arg(d.state())
+        .output()?;
+    ensure!(!out.status.success(), "second daemon must fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        err.contains("another bosun daemon") && err.contains(&d.pid().unwrap_or(0).to_string()),
+        "{err}"
+    );
+    ensure!(
+        std::fs::symlink_metadata(d.socket()).is_ok(),
+        "first daemon's socket must stay"
+    );
+    Ok(())
+}
+
+fn sigterm_exits_zero_and_stale_socket_is_replaced() -> anyhow::Result<()> {
+    let mut d = Daemon::start("")?;
+    let st = d.terminate().context("no exit status")?;
+    ensure!(st.success(), "SIGTERM must exit 0: {st:?}\n{}", d.log());
+    ensure!(!d.socket().exists(), "socket removed on clean exit");
+    d.restart()?;
+    d.kill9();
+    ensure!(d.socket().exists(), "a crash leaves the socket behind");
+    d.restart()?;
+    block_on(async {
+        d.runtime()
+            .await?
+            .version(pb::VersionRequest::default())
+            .await?;
+        Ok(())
+    })
+}
+
+fn unserved_rpcs_say_unimplemented() -> anyhow::Result<()> {
+    let d = Daemon::start("")?;
+    block_on(async {
+        let err = d
+            .runtime()
+            .await?
+            .list_containers(pb::ListContainersRequest::default())
+            .await
+            .expect_err("not served yet");
+        ensure!(err.code() == tonic::Code::Unimplemented, "{err:?}");
+        ensure!(err.message().contains("ListContainers"), "{err:?}");
+        Ok(())
+    })
+}
+
+fn bad_config_is_refused_with_the_key() -> anyhow::Result<()> {
+    let dir = crate::support::scratch()?;
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "sockett = \"/x\"\n")?;
+    let out = std::process::Command::new(crate::support::daemon::BOSUN)
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .arg("--root")
+        .arg(dir.path().join("root"))
+        .arg("--state")
+        .arg(dir.path().join("state"))
+        .output()?;
+    ensure!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        err.contains("sockett") && err.contains("config.toml"),
+        "{err}"
+    );
+    Ok(())
+}

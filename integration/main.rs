@@ -1,0 +1,15 @@
+//! Integration tests: the real daemon over its socket, a real registry and real images (root only).
+
+mod daemon;
+mod images;
+mod images_hostile;
+mod support;
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = Vec::new();
+    trials.extend(daemon::trials());
+    trials.extend(images::trials());
+    trials.extend(images_hostile::trials());
+    libtest_mimic::run(&args, trials).exit();
+}

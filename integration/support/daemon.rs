@@ -1,0 +1,161 @@
+//! A bosun daemon on a temp socket, root and state dir; SIGTERM (then KILL) and removal on drop.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use anyhow::{bail, Context};
+use bosun::proto::bosun::v1::images_client::ImagesClient;
+use bosun::proto::runtime::v1::image_service_client::ImageServiceClient;
+use bosun::proto::runtime::v1::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::Channel;
+
+use super::{scratch, wait_until};
+
+/// The binary under test.
+pub const BOSUN: &str = env!("CARGO_BIN_EXE_bosun");
+
+/// A running daemon owned by one test.
+pub struct Daemon {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    config: String,
+}
+
+impl Daemon {
+    /// Starts a daemon with `config` (TOML) added to the test's paths.
+    pub fn start(config: &str) -> anyhow::Result<Daemon> {
+        let dir = scratch()?;
+        let mut d = Daemon {
+            dir,
+            child: None,
+            config: config.to_string(),
+        };
+        std::fs::write(d.dir.path().join("config.toml"), &d.config)?;
+        d.spawn()?;
+        Ok(d)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let child = Command::new(BOSUN)
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("daemon")
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"))
+            .arg("--root")
+            .arg(self.root())
+            .arg("--state")
+            .arg(self.state())
+            .arg("--log-level")
+            .arg("debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("spawn bosun daemon")?;
+        self.child = Some(child);
+        let socket = self.socket();
+        if !wait_until(20, || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        }) {
+            bail!("daemon did not come up; log:\n{}", self.log());
+        }
+        Ok(())
+    }
+
+    /// The CRI socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("bosun.sock")
+    }
+    /// The root dir.
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+    /// The state dir.
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    /// The test's scratch dir.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("daemon.log")
+    }
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// A gRPC channel to the daemon.
+    pub async fn channel(&self) -> anyhow::Result<Channel> {
+        bosun::cli::client::connect(&self.socket()).await
+    }
+    /// CRI ImageService client.
+    pub async fn images(&self) -> anyhow::Result<ImageServiceClient<Channel>> {
+        Ok(ImageServiceClient::new(self.channel().await?))
+    }
+    /// CRI RuntimeService client.
+    pub async fn runtime(&self) -> anyhow::Result<RuntimeServiceClient<Channel>> {
+        Ok(RuntimeServiceClient::new(self.channel().await?))
+    }
+    /// bosun.v1.Images client.
+    pub async fn api(&self) -> anyhow::Result<ImagesClient<Channel>> {
+        Ok(ImagesClient::new(self.channel().await?))
+    }
+
+    /// Runs the bosun CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> anyhow::Result<Output> {
+        Ok(Command::new(BOSUN)
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .output()?)
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// kill -9, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        for _ in 0..500 {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        c.wait().ok()
+    }
+
+    /// Starts the daemon again on the same root and state (after kill9 or terminate).
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        self.spawn()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}

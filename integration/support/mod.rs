@@ -1,0 +1,135 @@
+//! Shared fixtures: environment checks with honest skips, the daemon, the registry, test images.
+
+pub mod daemon;
+pub mod proxy;
+pub mod registry;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub use daemon::Daemon;
+pub use registry::Registry;
+
+/// What a test needs from the machine; unmet needs make it "ignored" with the reason printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// uid 0 (mounts, chown, xattrs, device nodes).
+    Root,
+    /// Debian's docker-registry binary.
+    Registry,
+    /// test-images/ built by hack/setup.sh.
+    Images,
+}
+
+fn unmet(need: Need) -> Option<String> {
+    match need {
+        Need::Root if !rustix::process::geteuid().is_root() => Some("needs root".into()),
+        Need::Registry if !Path::new(registry::REGISTRY_BIN).exists() => Some(format!(
+            "needs {} (apt-get install docker-registry)",
+            registry::REGISTRY_BIN
+        )),
+        Need::Images if !images_dir().join("manifest.json").exists() => Some(format!(
+            "needs test images in {} (run hack/setup.sh)",
+            images_dir().display()
+        )),
+        _ => None,
+    }
+}
+
+/// A trial that runs `f`, or is ignored with a printed SKIP reason when `needs` are unmet.
+pub fn trial(
+    name: &'static str,
+    needs: &[Need],
+    f: fn() -> anyhow::Result<()>,
+) -> libtest_mimic::Trial {
+    let reasons: Vec<String> = needs.iter().filter_map(|n| unmet(*n)).collect();
+    let t = libtest_mimic::Trial::test(name, move || f().map_err(|e| format!("{e:#}").into()));
+    if reasons.is_empty() {
+        t
+    } else {
+        eprintln!("SKIP {name}: {}", reasons.join("; "));
+        t.with_ignored_flag(true)
+    }
+}
+
+/// Runs a future on a fresh runtime (each test owns its runtime).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(f)
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where hack/testimages.py wrote the test images.
+pub fn images_dir() -> PathBuf {
+    std::env::var_os("BOSUN_TEST_IMAGES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("test-images"))
+}
+
+/// test-images/manifest.json's `images` object.
+pub fn images_manifest() -> &'static serde_json::Value {
+    static M: OnceLock<serde_json::Value> = OnceLock::new();
+    M.get_or_init(|| {
+        let text = std::fs::read_to_string(images_dir().join("manifest.json")).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default()["images"].clone()
+    })
+}
+
+/// A string field of a test image's summary, e.g. `image_field("busybox", "image_id")`.
+pub fn image_field(image: &str, field: &str) -> String {
+    images_manifest()[image][field]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A scratch directory under /var/tmp (a real ext4 here: overlay and xattrs work), removed on drop.
+pub fn scratch() -> anyhow::Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new()
+        .prefix("bosun-it-")
+        .tempdir_in("/var/tmp")?)
+}
+
+/// Polls `f` every 20 ms until it is true or `secs` pass.
+pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    f()
+}
+
+/// Files and dirs under `dir`, recursively, and the bytes they occupy on disk (what `du` counts).
+pub fn du(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut bytes = 0;
+    let mut inodes = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.path().symlink_metadata() else {
+                continue;
+            };
+            bytes += m.blocks() * 512;
+            inodes += 1;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    (bytes, inodes)
+}
