@@ -206,11 +206,14 @@ impl ImageService for CriImages {
         &self,
         _req: Request<pb::ImageFsInfoRequest>,
     ) -> Result<Response<pb::ImageFsInfoResponse>, Status> {
-        let usage = self.images.image_fs_usage();
-        Ok(Response::new(pb::ImageFsInfoResponse {
-            image_filesystems: vec![fs_usage(usage)],
-            container_filesystems: vec![],
-        }))
+        let r = async {
+            Ok(pb::ImageFsInfoResponse {
+                image_filesystems: vec![fs_usage(self.images.image_fs_usage())],
+                // Same mountpoint as the image filesystem: the kubelet sees one disk, not split.
+                container_filesystems: vec![fs_usage(self.images.container_fs_usage().await?)],
+            })
+        };
+        reply("ImageFsInfo", r.await)
     }
 }
 

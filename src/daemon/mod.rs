@@ -30,6 +30,8 @@ pub async fn run(config: Config) -> Result<()> {
     })?;
     let _lock = lock::StateLock::acquire(&config.state)?;
     let images = Images::open(&config)?;
+    // Content a crash left outside any image (a pull or GC cut short) is collected now.
+    images.spawn_gc(None);
     let listener = socket::bind(&config.socket)?;
     tracing::info!(
         socket = %config.socket.display(),

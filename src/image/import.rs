@@ -182,6 +182,7 @@ pub async fn import(
     path: &Path,
     opts: ImportOptions,
 ) -> Result<Vec<Arc<ImageRecord>>> {
+    let _busy = images.busy().await;
     let content = images.content().clone();
     let path = path.to_path_buf();
     let tmp_dir = images.root().join("tmp");
@@ -203,7 +204,7 @@ pub async fn import(
     .map_err(|e| Error::internal(format!("import task: {e}")))??;
     let mut out = Vec::new();
     for n in news {
-        out.push(images.register(n).await?);
+        out.push(images.register_now(n).await?);
     }
     Ok(out)
 }

@@ -275,5 +275,5 @@ fn platform_string(p: &Platform) -> String {
 
 // The tests live next to the fake registry they use (src/image/ holds other owners' files).
 #[cfg(test)]
-#[path = "registry/pull_tests.rs"]
+#[path = "pull_tests.rs"]
 mod tests;

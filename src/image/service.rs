@@ -21,6 +21,18 @@ use crate::image::registry::{Credentials, RegistryClient};
 use crate::image::snapshot::{LayerSource, Snapshots, UnpackLimits};
 use crate::image::usage::{FsUsage, UsageTracker};
 
+/// How long content outside any image survives GC (a retried pull reuses it meanwhile).
+pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Whether `path` was last changed longer than [`ORPHAN_GRACE`] ago (unreadable counts as stale).
+fn is_stale(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age > ORPHAN_GRACE)
+}
+
 type SharedPull = Shared<BoxFuture<'static, Result<Arc<ImageRecord>>>>;
 
 /// Content that is already in the store and should become a named image.
@@ -49,6 +61,9 @@ pub struct Images {
     leases: Leases,
     usage: UsageTracker,
     pulls: Mutex<HashMap<String, SharedPull>>,
+    /// Pulls and imports hold it shared from their first blob to their index record; GC holds it
+    /// exclusively, so it never takes content that is on its way to becoming an image.
+    gc_guard: tokio::sync::RwLock<()>,
     root: PathBuf,
 }
 
@@ -76,6 +91,8 @@ impl Images {
         let index = ImageIndex::load(&root.join("images"))?;
         let leases = Leases::open(&root.join("leases"))?;
         let usage = UsageTracker::new(&content, &snapshots)?;
+        // Archives being imported are decompressed here; a crash may leave one behind.
+        let _ = std::fs::remove_dir_all(root.join("tmp"));
         Ok(Arc::new(Images {
             content,
             snapshots,
@@ -84,6 +101,7 @@ impl Images {
             leases,
             usage,
             pulls: Mutex::new(HashMap::new()),
+            gc_guard: tokio::sync::RwLock::new(()),
             root,
         }))
     }
@@ -123,11 +141,18 @@ impl Images {
     ) -> Result<Arc<ImageRecord>> {
         let reference = Reference::parse(image)?;
         let key = reference.to_string();
+        if events.is_some() {
+            // A pull that reports progress runs on its own; blob downloads are still shared.
+            let this = self.clone();
+            return tokio::spawn(async move { this.pull_now(&reference, &creds, events).await })
+                .await
+                .map_err(|e| Error::internal(format!("pull task: {e}")))?;
+        }
         let shared = {
             let mut pulls = lock(&self.pulls);
             match pulls.get(&key) {
-                Some(s) if events.is_none() => s.clone(),
-                _ => {
+                Some(s) => s.clone(),
+                None => {
                     let this = self.clone();
                     let k = key.clone();
                     let task = tokio::spawn(async move {
@@ -155,6 +180,7 @@ impl Images {
         creds: &Credentials,
         events: Option<UnboundedSender<PullEvent>>,
     ) -> Result<Arc<ImageRecord>> {
+        let _busy = self.gc_guard.read().await;
         let pulled = self.puller.pull(reference, creds, events.clone()).await?;
         let mut tags = Vec::new();
         if let Some(t) = reference.tagged_string() {
@@ -175,7 +201,7 @@ impl Images {
             config: pulled.config,
         };
         let rec = self
-            .register(new)
+            .register_now(new)
             .await
             .map_err(|e| e.context(format!("image {reference}")))?;
         if let Some(ev) = events {
@@ -186,8 +212,14 @@ impl Images {
         Ok(rec)
     }
 
+    /// Holds off GC while content is stored outside any image record (an import in progress).
+    pub async fn busy(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.gc_guard.read().await
+    }
+
     /// Unpacks the layers of content already in the store and records the image under its names.
-    pub async fn register(&self, new: NewImage) -> Result<Arc<ImageRecord>> {
+    /// The caller holds [`Images::busy`] from storing the content until this returns.
+    pub async fn register_now(&self, new: NewImage) -> Result<Arc<ImageRecord>> {
         let config_digest = new.manifest.config.digest.clone();
         let diff_ids = &new.config.rootfs.diff_ids;
         if diff_ids.len() != new.manifest.layers.len() {
@@ -262,35 +294,57 @@ impl Images {
         Ok(())
     }
 
-    /// Removes the image `key` names (every tag of it), then garbage-collects snapshots and blobs
-    /// nothing uses any more. Absent images are fine (CRI RemoveImage is idempotent).
-    pub async fn remove(&self, key: &str) -> Result<()> {
+    /// Removes the image `key` names (every tag of it) at once; its snapshots and blobs are
+    /// collected in the background. Absent images are fine (CRI RemoveImage is idempotent).
+    pub async fn remove(self: &Arc<Self>, key: &str) -> Result<()> {
         let Some(rec) = self.lookup(key) else {
             return Ok(());
         };
-        let removed = lock(&self.index).remove(&rec.id)?;
-        if removed.is_some() {
-            self.gc().await?;
+        if let Some(removed) = lock(&self.index).remove(&rec.id)? {
+            self.spawn_gc(Some(removed));
         }
         Ok(())
     }
 
+    /// Starts a GC pass in the background; failures are logged (the next pass retries).
+    pub fn spawn_gc(self: &Arc<Self>, removed: Option<Arc<ImageRecord>>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.gc(removed.as_deref()).await {
+                tracing::warn!("image gc: {e}");
+            }
+        });
+    }
+
     /// Deletes snapshots not used by any image or lease, and blobs not owned by any image.
-    pub async fn gc(&self) -> Result<()> {
+    /// Content of `removed` goes at once; other orphans (an interrupted pull's verified layers)
+    /// are kept for [`ORPHAN_GRACE`] so a retried pull reuses them, as containerd's pull leases do.
+    /// Waits for pulls and imports in flight, whose content is not in the index yet.
+    pub async fn gc(&self, removed: Option<&ImageRecord>) -> Result<()> {
+        let _exclusive = self.gc_guard.write().await;
         let (dead_chains, dead_blobs) = {
             let idx = lock(&self.index);
             let leased = self.leases.chain_ids();
+            let removed_chains: Vec<&Digest> =
+                removed.map(|r| r.chain_ids().collect()).unwrap_or_default();
+            let removed_blobs = removed.map(|r| r.blobs()).unwrap_or_default();
             let chains: Vec<Digest> = self
                 .snapshots
                 .list()?
                 .into_iter()
                 .filter(|c| !idx.uses_chain(c) && !leased.contains(c))
+                // Age from the snapshot's own dir: `fs/` carries the layer's mtime from the tar.
+                .filter(|c| {
+                    let dir = self.snapshots.fs_path(c);
+                    removed_chains.contains(&c) || dir.parent().is_none_or(is_stale)
+                })
                 .collect();
             let blobs: Vec<Digest> = self
                 .content
                 .list()?
                 .into_iter()
                 .filter(|b| !idx.uses_blob(b))
+                .filter(|b| removed_blobs.contains(b) || is_stale(&self.content.blob_path(b)))
                 .collect();
             (chains, blobs)
         };
@@ -318,7 +372,25 @@ impl Images {
         self.usage.snapshot(&self.root)
     }
 
-    /// The directory whose filesystem holds container writable layers.
+    /// Disk used by container writable layers (`<root>/containers`), measured now.
+    pub async fn container_fs_usage(&self) -> Result<FsUsage> {
+        let dir = self.root.join("containers");
+        let (used_bytes, inodes_used) = if dir.exists() {
+            tokio::task::spawn_blocking(move || crate::image::unpack::disk_usage(&dir))
+                .await
+                .map_err(|e| Error::internal(format!("usage task: {e}")))??
+        } else {
+            (0, 0)
+        };
+        Ok(FsUsage {
+            timestamp_ns: crate::image::index::now_ns(),
+            mountpoint: self.root.clone(),
+            used_bytes,
+            inodes_used,
+        })
+    }
+
+    /// The root directory (persistent data).
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -27,7 +27,8 @@ use crate::error::{Error, Result};
 use crate::image::snapshot::UnpackLimits;
 
 pub use stream::{decompress, DigestReader};
-pub(crate) use tree::{disk_usage, remove_tree};
+pub use tree::disk_usage;
+pub(crate) use tree::remove_tree;
 
 /// What one layer contained, by kind of member.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

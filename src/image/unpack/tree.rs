@@ -81,7 +81,7 @@ pub(crate) fn remove_tree(path: &Path) -> Result<()> {
 
 /// Disk usage of the tree at `dir`: bytes in allocated blocks and inodes, each hard-linked
 /// inode counted once (as containerd and `du` count).
-pub(crate) fn disk_usage(dir: &Path) -> Result<(u64, u64)> {
+pub fn disk_usage(dir: &Path) -> Result<(u64, u64)> {
     let fd = rustix::fs::open(dir, DIR_FLAGS, Mode::empty())
         .ctx(|| format!("open {}", dir.display()))?;
     let st = fstat(&fd).ctx(|| format!("stat {}", dir.display()))?;
