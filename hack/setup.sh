@@ -18,6 +18,7 @@ PACKAGES=(
   containerd       # benchmark peer
   jq
   attr            # getfattr, to check unpacked xattrs
+  openssl         # throwaway CA for the TLS registry test
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -69,6 +69,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             &[Need::Root],
             startup_gc_takes_stale_orphans_and_keeps_fresh_ones,
         ),
+        trial(
+            "images::tls_registry_with_a_configured_ca",
+            ALL,
+            tls_registry_with_a_configured_ca,
+        ),
     ]
 }
 
@@ -947,4 +952,36 @@ fn startup_gc_takes_stale_orphans_and_keeps_fresh_ones() -> anyhow::Result<()> {
         "a fresh orphan must survive for a retried pull"
     );
     Ok(())
+}
+
+fn tls_registry_with_a_configured_ca() -> anyhow::Result<()> {
+    let reg = Registry::start_tls()?;
+    // The registry only speaks HTTPS; the push trusts the throwaway CA explicitly.
+    let out = std::process::Command::new("python3")
+        .arg(crate::support::repo_root().join("hack/testimages.py"))
+        .args(["push", "--dir"])
+        .arg(images_dir())
+        .args(["--registry", &reg.host(), "--only", "busybox", "--tls-ca"])
+        .arg(reg.ca_file())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "push over TLS: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let untrusted = Daemon::start("")?;
+    let trusted = Daemon::start(&format!(
+        "[registry.hosts.\"{}\"]\nca_file = \"{}\"\n",
+        reg.host(),
+        reg.ca_file().display()
+    ))?;
+    block_on(async {
+        let err = pull(&mut untrusted.images().await?, &reg.image("busybox"), None)
+            .await
+            .expect_err("an unknown CA must not be trusted");
+        ensure!(err.message().contains(&reg.host()), "{err:?}");
+        let r = pull(&mut trusted.images().await?, &reg.image("busybox"), None).await?;
+        ensure!(r == image_field("busybox", "image_id"));
+        Ok(())
+    })
 }

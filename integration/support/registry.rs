@@ -28,6 +28,21 @@ fn free_port() -> anyhow::Result<u16> {
 impl Registry {
     /// Starts a registry; with `auth`, basic auth via htpasswd (bcrypt) is required.
     pub fn start(auth: bool) -> anyhow::Result<Registry> {
+        Self::start_with(auth, false)
+    }
+
+    /// Starts a registry serving HTTPS with a certificate for 127.0.0.1 signed by a throwaway CA
+    /// (see [`Registry::ca_file`]).
+    pub fn start_tls() -> anyhow::Result<Registry> {
+        Self::start_with(false, true)
+    }
+
+    /// The PEM CA that signed a TLS registry's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    fn start_with(auth: bool, tls: bool) -> anyhow::Result<Registry> {
         let dir = scratch()?;
         let port = free_port()?;
         let mut cfg = format!(
@@ -46,6 +61,14 @@ impl Registry {
             cfg.push_str(&format!(
                 "auth:\n  htpasswd:\n    realm: bosun-test\n    path: {}\n",
                 dir.path().join("htpasswd").display()
+            ));
+        }
+        if tls {
+            make_certs(dir.path())?;
+            cfg.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.path().join("server.pem").display(),
+                dir.path().join("server.key").display()
             ));
         }
         std::fs::write(dir.path().join("config.yml"), cfg)?;
@@ -115,6 +138,67 @@ impl Registry {
             .join(hex)
             .join("data")
     }
+}
+
+/// A CA and a server certificate for IP 127.0.0.1, made with the openssl CLI.
+fn make_certs(dir: &std::path::Path) -> anyhow::Result<()> {
+    let run = |args: &[&str]| -> anyhow::Result<()> {
+        let out = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .context("openssl")?;
+        if !out.status.success() {
+            bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    };
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n")?;
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=bosun-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ])?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ])?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.pem",
+    ])?;
+    Ok(())
 }
 
 impl Drop for Registry {
