@@ -245,35 +245,53 @@ pub enum Document {
     Index(Index),
 }
 
+/// The fields that tell manifest kinds apart.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Probe {
+    #[serde(default)]
+    media_type: Option<String>,
+    #[serde(default)]
+    manifests: Option<serde_json::Value>,
+    #[serde(default)]
+    schema_version: Option<u32>,
+}
+
+/// The media type of manifest `bytes`: `declared` (a Content-Type or descriptor media type,
+/// parameters ignored) when it names a manifest type, else the document's own `mediaType`, else
+/// its shape (`manifests` means an index), else `declared` as given (or OCI manifest if empty).
+pub fn media_type_of(declared: &str, bytes: &[u8]) -> String {
+    let declared = declared.split(';').next().unwrap_or_default().trim();
+    if [
+        media::OCI_MANIFEST,
+        media::OCI_INDEX,
+        media::DOCKER_MANIFEST,
+        media::DOCKER_LIST,
+    ]
+    .contains(&declared)
+    {
+        return declared.to_string();
+    }
+    match serde_json::from_slice::<Probe>(bytes) {
+        Ok(Probe {
+            media_type: Some(m),
+            ..
+        }) => m,
+        Ok(Probe {
+            manifests: Some(_), ..
+        }) => media::OCI_INDEX.to_string(),
+        _ if !declared.is_empty() && declared != "application/json" => declared.to_string(),
+        _ => media::OCI_MANIFEST.to_string(),
+    }
+}
+
 impl Document {
-    /// Parses `bytes` whose media type is `media_type` (from the registry header or the parent
-    /// descriptor); when that is empty or generic, the JSON's own `mediaType` or shape decides.
+    /// Parses `bytes` whose declared media type is `media_type` (registry header or parent
+    /// descriptor); see [`media_type_of`] for how the type is settled.
     pub fn parse(media_type: &str, bytes: &[u8]) -> Result<Document> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Probe {
-            #[serde(default)]
-            media_type: Option<String>,
-            #[serde(default)]
-            manifests: Option<serde_json::Value>,
-            #[serde(default)]
-            schema_version: Option<u32>,
-        }
         let probe: Probe = serde_json::from_slice(bytes)
             .map_err(|e| Error::invalid(format!("manifest is not valid JSON: {e}")))?;
-        let mt = match media_type {
-            media::OCI_MANIFEST
-            | media::OCI_INDEX
-            | media::DOCKER_MANIFEST
-            | media::DOCKER_LIST => media_type.to_string(),
-            _ => probe.media_type.clone().unwrap_or_else(|| {
-                if probe.manifests.is_some() {
-                    media::OCI_INDEX.to_string()
-                } else {
-                    media::OCI_MANIFEST.to_string()
-                }
-            }),
-        };
+        let mt = media_type_of(media_type, bytes);
         if mt == media::DOCKER_SCHEMA1 || probe.schema_version == Some(1) {
             return Err(Error::invalid(
                 "Docker schema 1 manifests are not supported (deprecated); push the image with schema 2 or OCI",
@@ -348,5 +366,18 @@ mod tests {
             Some(Compression::Gzip)
         );
         assert!(layer_compression("application/x-foo").is_err());
+    }
+
+    #[test]
+    fn media_type_comes_from_declared_type_then_document_then_shape() {
+        let oci_index = "application/vnd.oci.image.index.v1+json; charset=utf-8";
+        assert_eq!(media_type_of(oci_index, b"{}"), media::OCI_INDEX);
+        assert_eq!(
+            media_type_of("application/json", br#"{"manifests":[]}"#),
+            media::OCI_INDEX
+        );
+        let docker = format!(r#"{{"mediaType":"{}"}}"#, media::DOCKER_MANIFEST);
+        assert_eq!(media_type_of("", docker.as_bytes()), media::DOCKER_MANIFEST);
+        assert_eq!(media_type_of("", br#"{"layers":[]}"#), media::OCI_MANIFEST);
     }
 }

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use crate::error::{Error, ErrorKind, Result};
 use crate::image::content::{Ingest, MAX_SMALL_BLOB};
 use crate::image::digest::Digest;
-use crate::image::manifest::{media, Descriptor};
+use crate::image::manifest::{media_type_of, Descriptor};
 use crate::image::reference::Reference;
 use crate::image::registry::auth::Credentials;
 use crate::image::registry::hosts::{self, Endpoint, RegistryConfig};
@@ -123,7 +123,7 @@ impl RegistryClient {
                 )));
             }
         }
-        let media_type = media_type_of(header_type.as_deref(), &bytes);
+        let media_type = media_type_of(header_type.as_deref().unwrap_or_default(), &bytes);
         Ok(Resolved {
             endpoint: ep.clone(),
             digest,
@@ -214,42 +214,6 @@ fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(|s| s.trim().to_string())
-}
-
-/// The registry's Content-Type when it names a manifest type, else the document's own
-/// `mediaType`, else its shape (`manifests` means an index).
-fn media_type_of(content_type: Option<&str>, bytes: &[u8]) -> String {
-    let known = [
-        media::OCI_MANIFEST,
-        media::OCI_INDEX,
-        media::DOCKER_MANIFEST,
-        media::DOCKER_LIST,
-    ];
-    let ct = content_type.map(|c| c.split(';').next().unwrap_or_default().trim());
-    if let Some(ct) = ct.filter(|c| known.contains(c)) {
-        return ct.to_string();
-    }
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Probe {
-        #[serde(default)]
-        media_type: Option<String>,
-        #[serde(default)]
-        manifests: Option<serde_json::Value>,
-    }
-    match serde_json::from_slice::<Probe>(bytes) {
-        Ok(Probe {
-            media_type: Some(m),
-            ..
-        }) => m,
-        Ok(Probe {
-            manifests: Some(_), ..
-        }) => media::OCI_INDEX.to_string(),
-        _ => ct
-            .filter(|c| !c.is_empty())
-            .unwrap_or(media::OCI_MANIFEST)
-            .to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::image::manifest::media;
 use crate::image::registry::hosts::HostConfig;
 use crate::image::registry::testserver::{
     client, closed_port, image, ingest_files, reference, store, FakeImage, FakeRepo, Response,
@@ -227,30 +228,6 @@ async fn blob_streams_into_the_store_and_a_tampered_one_leaves_nothing() {
     assert!(e.to_string().contains(d.digest.as_str()), "{e}");
     assert!(!cs.contains(&d.digest));
     assert_eq!(ingest_files(&cs), 0);
-}
-
-#[test]
-fn media_type_comes_from_header_then_document() {
-    assert_eq!(
-        media_type_of(
-            Some("application/vnd.oci.image.index.v1+json; charset=utf-8"),
-            b"{}"
-        ),
-        media::OCI_INDEX
-    );
-    assert_eq!(
-        media_type_of(Some("application/json"), br#"{"manifests":[]}"#),
-        media::OCI_INDEX
-    );
-    let docker = format!(r#"{{"mediaType":"{}"}}"#, media::DOCKER_MANIFEST);
-    assert_eq!(
-        media_type_of(None, docker.as_bytes()),
-        media::DOCKER_MANIFEST
-    );
-    assert_eq!(
-        media_type_of(None, br#"{"layers":[]}"#),
-        media::OCI_MANIFEST
-    );
 }
 
 #[tokio::test]
