@@ -120,6 +120,18 @@ fn socket_is_0660_and_second_daemon_is_refused() -> anyhow::Result<()> {
         std::fs::symlink_metadata(d.socket()).is_ok(),
         "first daemon's socket must stay"
     );
+    // Same root, another state dir: still refused (two daemons must never share a store).
+    let out = std::process::Command::new(crate::support::daemon::BOSUN)
+        .arg("--socket")
+        .arg(d.dir().join("third.sock"))
+        .args(["daemon", "--root"])
+        .arg(d.root())
+        .arg("--state")
+        .arg(d.dir().join("other-state"))
+        .output()?;
+    ensure!(!out.status.success(), "a daemon sharing the root must fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(err.contains("root dir"), "{err}");
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! One daemon per state directory: an exclusive flock on `<state>/bosun.lock` holding our pid.
+//! One daemon per root and per state directory: an exclusive flock on `<dir>/bosun.lock` with our pid.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -15,9 +15,11 @@ pub struct StateLock {
 }
 
 impl StateLock {
-    /// Takes the lock or fails naming the running daemon's pid.
-    pub fn acquire(state: &Path) -> Result<StateLock> {
-        let path = state.join("bosun.lock");
+    /// Takes the lock on `dir` (the daemon's `what`: "root" or "state") or fails naming the
+    /// running daemon's pid.
+    pub fn acquire(dir: &Path, what: &str) -> Result<StateLock> {
+        std::fs::create_dir_all(dir).ctx(|| format!("create {what} dir {}", dir.display()))?;
+        let path = dir.join("bosun.lock");
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -31,9 +33,9 @@ impl StateLock {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
                 format!(
-                    "another bosun daemon (pid {}) is running with state dir {}; stop it or use another --state",
+                    "another bosun daemon (pid {}) is running with {what} dir {}; stop it or use another --{what}",
                     pid.trim(),
-                    state.display()
+                    dir.display()
                 ),
             ));
         }
@@ -52,13 +54,13 @@ mod tests {
     #[test]
     fn second_lock_is_refused_with_the_pid() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let first = StateLock::acquire(dir.path()).expect("first");
-        let err = StateLock::acquire(dir.path()).expect_err("second must fail");
+        let first = StateLock::acquire(dir.path(), "root").expect("first");
+        let err = StateLock::acquire(dir.path(), "root").expect_err("second must fail");
         assert!(
             err.to_string().contains(&std::process::id().to_string()),
             "{err}"
         );
         drop(first);
-        StateLock::acquire(dir.path()).expect("free again after drop");
+        StateLock::acquire(dir.path(), "root").expect("free again after drop");
     }
 }

@@ -1,4 +1,4 @@
-//! The daemon: take the state lock, open the stores, bind the socket, serve CRI and bosun.v1 until a signal.
+//! The daemon: take the root and state locks, open the stores, bind the socket, serve CRI and bosun.v1 until a signal.
 
 pub mod lock;
 pub mod logging;
@@ -25,10 +25,9 @@ pub const MAX_MESSAGE: usize = 64 << 20;
 /// Runs the daemon until SIGTERM or SIGINT; containers (later) are left running on exit.
 pub async fn run(config: Config) -> Result<()> {
     let config = Arc::new(config);
-    std::fs::create_dir_all(&config.state).map_err(|e| {
-        Error::internal(format!("create state dir {}: {e}", config.state.display()))
-    })?;
-    let _lock = lock::StateLock::acquire(&config.state)?;
+    // The root holds the stores, the state dir volatile runtime state: one daemon for each.
+    let _root_lock = lock::StateLock::acquire(&config.root, "root")?;
+    let _state_lock = lock::StateLock::acquire(&config.state, "state")?;
     let images = Images::open(&config)?;
     // Content a crash left outside any image (a pull or GC cut short) is collected now.
     images.spawn_gc(None);
