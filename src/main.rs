@@ -33,7 +33,16 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("bosun: {e:#}");
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    // `bosun image ls | head`: the reader left, which is not an error of ours.
+                    return std::process::ExitCode::SUCCESS;
+                }
+            }
+            match e.downcast_ref::<tonic::Status>() {
+                Some(st) => eprintln!("bosun: {} ({:?})", st.message(), st.code()),
+                None => eprintln!("bosun: {e:#}"),
+            }
             std::process::ExitCode::FAILURE
         }
     }

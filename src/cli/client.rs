@@ -19,6 +19,21 @@ pub async fn connect(socket: &Path) -> anyhow::Result<Channel> {
             }
         }))
         .await
-        .map_err(|e| anyhow::anyhow!("connect to bosun at {}: {e}", socket.display()))?;
+        .map_err(|e| {
+            // tonic's transport error hides its cause ("transport error"): show the chain.
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                let part = s.to_string();
+                if !msg.contains(&part) {
+                    msg = format!("{msg}: {part}");
+                }
+                src = s.source();
+            }
+            anyhow::anyhow!(
+                "connect to bosun at {}: {msg} (is the daemon running?)",
+                socket.display()
+            )
+        })?;
     Ok(channel)
 }

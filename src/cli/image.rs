@@ -150,7 +150,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                 "size": img.size, "uid": img.uid.map(|u| u.value), "username": img.username,
                 "info": info,
             });
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&v)?)?;
         }
         ImageCommand::Rm { images } => {
             for image in images {
@@ -175,7 +175,11 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                 })
                 .await
                 .with_context(|| format!("remove {image}"))?;
-                println!("Deleted: {}", img.repo_tags.first().unwrap_or(&img.id));
+                writeln!(
+                    std::io::stdout(),
+                    "Deleted: {}",
+                    img.repo_tags.first().unwrap_or(&img.id)
+                )?;
             }
         }
         ImageCommand::Pull {
@@ -203,7 +207,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                     if !quiet {
                         eprintln!();
                     }
-                    println!("Image is up to date for {}", img.id);
+                    writeln!(std::io::stdout(), "Image is up to date for {}", img.id)?;
                     break;
                 }
                 if quiet {
@@ -252,7 +256,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                 } else {
                     img.repo_tags.join(", ")
                 };
-                println!("imported {} {names}", img.id);
+                writeln!(std::io::stdout(), "imported {} {names}", img.id)?;
             }
         }
     }

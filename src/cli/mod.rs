@@ -98,7 +98,12 @@ pub fn client_socket(cli: &Cli) -> PathBuf {
 /// `bosun version`: this binary's version and the daemon's, if reachable.
 pub async fn version(socket: &std::path::Path) -> anyhow::Result<()> {
     use crate::proto::runtime::v1 as pb;
-    println!("client: bosun {}", crate::version::long());
+    use std::io::Write;
+    writeln!(
+        std::io::stdout(),
+        "client: bosun {}",
+        crate::version::long()
+    )?;
     let channel = client::connect(socket).await?;
     let v = pb::runtime_service_client::RuntimeServiceClient::new(channel)
         .version(pb::VersionRequest {
@@ -106,9 +111,12 @@ pub async fn version(socket: &std::path::Path) -> anyhow::Result<()> {
         })
         .await?
         .into_inner();
-    println!(
+    writeln!(
+        std::io::stdout(),
         "daemon: {} {} (CRI {})",
-        v.runtime_name, v.runtime_version, v.runtime_api_version
-    );
+        v.runtime_name,
+        v.runtime_version,
+        v.runtime_api_version
+    )?;
     Ok(())
 }
