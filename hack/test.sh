@@ -11,4 +11,12 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --locked -- --test-threads "${BOSUN_TEST_THREADS:-2}"
+mkdir -p target
+set +e
+cargo test --locked -- --test-threads "${BOSUN_TEST_THREADS:-2}" 2>&1 | tee target/test.log
+status=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary (ignored = skipped with a printed SKIP reason).
+awk '/^test result:/ { p += $4; f += $6; i += $8 }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' target/test.log
+exit "$status"
