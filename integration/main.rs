@@ -3,6 +3,8 @@
 mod daemon;
 mod images;
 mod images_hostile;
+mod monitor;
+mod oci_spec;
 mod support;
 
 fn main() {
@@ -11,5 +13,7 @@ fn main() {
     trials.extend(daemon::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());
+    trials.extend(monitor::trials());
+    trials.extend(oci_spec::trials());
     libtest_mimic::run(&args, trials).exit();
 }

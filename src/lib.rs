@@ -7,6 +7,8 @@ pub mod cri;
 pub mod daemon;
 pub mod error;
 pub mod image;
+pub mod monitor;
+pub mod oci;
 pub mod proto;
 pub mod store;
 pub mod version;

@@ -5,6 +5,10 @@ use clap::Parser;
 use bosun::cli::{self, Cli, Command};
 
 fn main() -> std::process::ExitCode {
+    // The per-container monitor forks: it must run before any runtime or thread exists.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("monitor")) {
+        std::process::exit(bosun::monitor::main(std::env::args_os().skip(2).collect()));
+    }
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

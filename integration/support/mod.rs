@@ -19,6 +19,8 @@ pub enum Need {
     Registry,
     /// test-images/ built by hack/setup.sh.
     Images,
+    /// An OCI runtime: `runc` in PATH or /usr/sbin (see [`runc_bin`]).
+    Runc,
 }
 
 fn unmet(need: Need) -> Option<String> {
@@ -32,8 +34,26 @@ fn unmet(need: Need) -> Option<String> {
             "needs test images in {} (run hack/setup.sh)",
             images_dir().display()
         )),
+        Need::Runc if runc_bin().is_none() => {
+            Some("needs runc in PATH or /usr/sbin (apt-get install runc)".into())
+        }
         _ => None,
     }
+}
+
+/// The runc binary: `$BOSUN_RUNC`, else `runc` in PATH, else /usr/sbin/runc.
+pub fn runc_bin() -> Option<PathBuf> {
+    let from_env = std::env::var_os("BOSUN_RUNC").map(PathBuf::from);
+    let in_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("runc"))
+            .find(|p| p.is_file())
+    });
+    from_env
+        .into_iter()
+        .chain(in_path)
+        .chain(std::iter::once(PathBuf::from("/usr/sbin/runc")))
+        .find(|p| p.is_file())
 }
 
 /// A trial that runs `f`, or is ignored with a printed SKIP reason when `needs` are unmet.

@@ -1,0 +1,219 @@
+//! The monitor's command line, parsed by hand with an error naming the bad argument.
+
+use std::ffi::OsString;
+use std::os::unix::io::RawFd;
+use std::path::PathBuf;
+
+use super::error::{Error, Result};
+
+/// The longest CRI log record content before a line is cut (containerd's default).
+pub const DEFAULT_LOG_MAX_LINE: usize = 16 * 1024;
+
+/// What `bosun monitor` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The container id given to runc.
+    pub id: String,
+    /// The OCI bundle directory (absolute).
+    pub bundle: PathBuf,
+    /// The OCI runtime binary (absolute path, or a bare name looked up in PATH).
+    pub runtime: PathBuf,
+    /// The runtime's `--root` state directory (absolute).
+    pub runtime_root: PathBuf,
+    /// The CRI log file (absolute; its directory must exist).
+    pub log_path: PathBuf,
+    /// Where the exit record is written (absolute; its directory must exist).
+    pub exit_file: PathBuf,
+    /// The inherited descriptor the daemon reads the start result from.
+    pub sync_fd: RawFd,
+    /// Give the container a stdin pipe (its write end is kept for attach).
+    pub stdin: bool,
+    /// Close stdin after the first attach ends (recorded; attach is not served yet).
+    pub stdin_once: bool,
+    /// Run the container on a terminal (`process.terminal` must be true in the bundle).
+    pub tty: bool,
+    /// Cut log lines longer than this many bytes (0: never cut).
+    pub log_max_line: usize,
+}
+
+const USAGE: &str = "usage: bosun monitor --id ID --bundle DIR --runtime PATH --runtime-root DIR \
+--log-path FILE --exit-file FILE --sync-fd N [--stdin] [--stdin-once] [--tty] \
+[--log-max-line BYTES]";
+
+/// Parses the arguments after `monitor`; accepts `--flag value` and `--flag=value`.
+pub fn parse(args: &[OsString]) -> Result<Config> {
+    let mut values: [Option<OsString>; 8] = Default::default();
+    let (mut stdin, mut stdin_once, mut tty) = (false, false, false);
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let text = arg
+            .to_str()
+            .ok_or_else(|| bad(format!("argument {arg:?} is not UTF-8")))?;
+        let (name, inline) = match text.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(OsString::from(v))),
+            _ => (text, None),
+        };
+        let flag = match name {
+            "--stdin" => Some(&mut stdin),
+            "--stdin-once" => Some(&mut stdin_once),
+            "--tty" => Some(&mut tty),
+            _ => None,
+        };
+        if let Some(flag) = flag {
+            if inline.is_some() {
+                return Err(bad(format!("{name} takes no value")));
+            }
+            *flag = true;
+            continue;
+        }
+        let slot = VALUED
+            .iter()
+            .position(|v| *v == name)
+            .ok_or_else(|| bad(format!("unknown argument {text:?}")))?;
+        let value = match inline {
+            Some(v) => v,
+            None => it
+                .next()
+                .cloned()
+                .ok_or_else(|| bad(format!("{name} needs a value")))?,
+        };
+        if values[slot].replace(value).is_some() {
+            return Err(bad(format!("{name} given twice")));
+        }
+    }
+    let [id, bundle, runtime, runtime_root, log_path, exit_file, sync_fd, max_line] = values;
+    let id = required("--id", id)?
+        .into_string()
+        .map_err(|_| bad("--id is not UTF-8".into()))?;
+    if id.is_empty() || id.starts_with('-') || id.contains(['/', '\0']) || id == "." || id == ".." {
+        return Err(bad(format!("--id {id:?} is not a valid container id")));
+    }
+    let bundle = absolute("--bundle", bundle)?;
+    let runtime = PathBuf::from(required("--runtime", runtime)?);
+    if runtime.as_os_str().is_empty() || (runtime.is_relative() && runtime.components().count() > 1)
+    {
+        return Err(bad(format!(
+            "--runtime {} must be absolute or a bare name",
+            runtime.display()
+        )));
+    }
+    Ok(Config {
+        id,
+        bundle,
+        runtime,
+        runtime_root: absolute("--runtime-root", runtime_root)?,
+        log_path: absolute("--log-path", log_path)?,
+        exit_file: absolute("--exit-file", exit_file)?,
+        sync_fd: number::<RawFd>("--sync-fd", Some(required("--sync-fd", sync_fd)?))?
+            .unwrap_or_default(),
+        stdin,
+        stdin_once,
+        tty,
+        log_max_line: number("--log-max-line", max_line)?.unwrap_or(DEFAULT_LOG_MAX_LINE),
+    })
+}
+
+const VALUED: [&str; 8] = [
+    "--id",
+    "--bundle",
+    "--runtime",
+    "--runtime-root",
+    "--log-path",
+    "--exit-file",
+    "--sync-fd",
+    "--log-max-line",
+];
+
+fn bad(message: String) -> Error {
+    Error::msg(format!("{message}\n{USAGE}"))
+}
+
+fn required(name: &str, value: Option<OsString>) -> Result<OsString> {
+    value.ok_or_else(|| bad(format!("{name} is required")))
+}
+
+fn absolute(name: &str, value: Option<OsString>) -> Result<PathBuf> {
+    let path = PathBuf::from(required(name, value)?);
+    if !path.is_absolute() {
+        return Err(bad(format!("{name} {} must be absolute", path.display())));
+    }
+    Ok(path)
+}
+
+fn number<T: std::str::FromStr + PartialOrd + Default>(
+    name: &str,
+    value: Option<OsString>,
+) -> Result<Option<T>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match value.to_str().and_then(|s| s.parse::<T>().ok()) {
+        Some(n) if n >= T::default() => Ok(Some(n)),
+        _ => Err(bad(format!(
+            "{name} {value:?} is not a non-negative integer"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn args(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    const BASE: &str = "--id c1 --bundle /b --runtime /usr/sbin/runc --runtime-root /run/r \
+                        --log-path /l/0.log --exit-file /e/exit --sync-fd 3";
+
+    fn err(s: &str) -> String {
+        parse(&args(s)).expect_err("must fail").to_string()
+    }
+
+    #[test]
+    fn all_arguments_parse() {
+        let c = parse(&args(&format!(
+            "{BASE} --stdin --stdin-once --tty --log-max-line=100"
+        )))
+        .expect("parse");
+        assert_eq!(c.id, "c1");
+        assert_eq!(c.bundle, Path::new("/b"));
+        assert_eq!(c.runtime, Path::new("/usr/sbin/runc"));
+        assert_eq!(c.runtime_root, Path::new("/run/r"));
+        assert_eq!(c.log_path, Path::new("/l/0.log"));
+        assert_eq!(c.exit_file, Path::new("/e/exit"));
+        assert_eq!(c.sync_fd, 3);
+        assert!(c.stdin && c.stdin_once && c.tty);
+        assert_eq!(c.log_max_line, 100);
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = parse(&args(BASE)).expect("parse");
+        assert!(!c.stdin && !c.stdin_once && !c.tty);
+        assert_eq!(c.log_max_line, 16_384);
+        let c = parse(&args(&BASE.replace("/usr/sbin/runc", "runc"))).expect("bare name");
+        assert_eq!(c.runtime, Path::new("runc"));
+    }
+
+    #[test]
+    fn errors_name_the_argument() {
+        assert!(err("--id c1").starts_with("--bundle is required\nusage: bosun monitor"));
+        assert!(err(&format!("{BASE} --bogus")).starts_with("unknown argument \"--bogus\""));
+        assert!(err(&format!("{BASE} --id")).starts_with("--id needs a value"));
+        assert!(err(&format!("{BASE} --id c2")).starts_with("--id given twice"));
+        assert!(err(&format!("{BASE} --tty=yes")).starts_with("--tty takes no value"));
+        assert!(err(&BASE.replace("--sync-fd 3", "--sync-fd x"))
+            .starts_with("--sync-fd \"x\" is not a non-negative integer"));
+        assert!(err(&BASE.replace("--sync-fd 3", "--sync-fd -1"))
+            .starts_with("--sync-fd \"-1\" is not a non-negative integer"));
+        assert!(err(&format!("{BASE} --log-max-line 1k"))
+            .starts_with("--log-max-line \"1k\" is not a non-negative integer"));
+        assert!(err(&BASE.replace("/b ", "b ")).starts_with("--bundle b must be absolute"));
+        assert!(err(&BASE.replace("/usr/sbin/runc", "bin/runc"))
+            .starts_with("--runtime bin/runc must be absolute or a bare name"));
+        assert!(err(&BASE.replace("c1", "a/b")).starts_with("--id \"a/b\" is not a valid"));
+        assert!(err(&BASE.replace("c1", "..")).starts_with("--id \"..\" is not a valid"));
+    }
+}

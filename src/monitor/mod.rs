@@ -1,0 +1,183 @@
+//! The per-container monitor: creates the container with runc and outlives the daemon.
+//!
+//! One small process per container (no tokio, no threads): it runs `runc create`, is the
+//! subreaper parent of the container's init, owns its stdio, writes the CRI log file while the
+//! daemon is down or busy (DESIGN rule 11), and records the exit atomically.
+//!
+//! # Interface
+//!
+//! ```text
+//! bosun monitor --id ID --bundle DIR --runtime PATH --runtime-root DIR
+//!               --log-path FILE --exit-file FILE --sync-fd N
+//!               [--stdin] [--stdin-once] [--tty] [--log-max-line BYTES]
+//! ```
+//!
+//! Dispatched at the top of `main` before any runtime or thread exists. Paths are absolute;
+//! `--runtime` may also be a bare name found in PATH; `--log-max-line` defaults to 16384
+//! (0: never cut). `--sync-fd` is an inherited descriptor (0–2 allowed: it is duplicated
+//! first); the monitor closes every other inherited descriptor above 2.
+//!
+//! 1. Bad arguments: a message on stderr, exit status 2. Other failures before the fork
+//!    (sync fd not open, log file not creatable, bundle missing): stderr, `{"error": …}` on
+//!    the sync fd when it is usable, exit status 1.
+//! 2. It forks once; the process the daemon spawned exits 0 at once (the daemon reaps it),
+//!    so the monitor is not the daemon's child. The monitor: `setsid`, child subreaper,
+//!    stdio on /dev/null, cwd `/`, SIGPIPE ignored, SIGCHLD/SIGUSR1 via a signalfd.
+//! 3. It runs `<runtime> --root R --log <bundle>/runc.log --log-format json create
+//!    --bundle B --pid-file <bundle>/init.pid [--console-socket console.sock] ID` in the
+//!    bundle directory, with pipes as the container's stdout/stderr (and stdin with
+//!    `--stdin`; its write end is held for attach). With `--tty` the bundle must set
+//!    `process.terminal`; runc sends the terminal master over `<bundle>/console.sock` and
+//!    the master is the only output, logged as `stdout`.
+//! 4. Failure: one line `{"error": "<runc's last error message>"}` on the sync fd, exit 1,
+//!    no exit file. Success: `{"monitor_pid": N, "init_pid": N}` and the sync fd is closed.
+//!    The daemon then runs `runc start` itself.
+//! 5. Output goes to the CRI log file (`O_APPEND`, created 0640; records as in
+//!    [`cri_log`]). SIGUSR1 reopens the log path (kubelet rotation).
+//! 6. Every child is reaped. When the init exits, output is drained until EOF or 2 s, the
+//!    memory cgroup's OOM-kill counter is compared with its value right after create, and the
+//!    exit file is written atomically:
+//!    `{"pid", "exit_code" (status, or 128+signal), "signal" (number or null), "oom_killed",
+//!    "started_at_ns" (runc create returned), "finished_at_ns" (init reaped)}`; exit 0.
+
+pub mod args;
+pub mod console;
+pub mod container_io;
+pub mod cri_log;
+pub mod detach;
+pub mod error;
+pub mod exit_record;
+pub mod log_file;
+pub mod oom;
+pub mod runc;
+pub mod signals;
+pub mod supervise;
+pub mod sync_pipe;
+pub mod timestamp;
+pub mod trim;
+
+use std::ffi::OsString;
+use std::time::SystemTime;
+
+use args::Config;
+use error::{Context, Error, Result};
+use exit_record::{exit_code, unix_nanos, ExitRecord};
+use log_file::LogFile;
+use oom::OomCounter;
+use sync_pipe::SyncPipe;
+
+/// `bosun monitor ARGS…`: returns the process exit status (see the module docs).
+pub fn main(args: Vec<OsString>) -> i32 {
+    let config = match args::parse(&args) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("bosun monitor: {e}");
+            return 2;
+        }
+    };
+    let fail = |e: &Error| eprintln!("bosun monitor: container {}: {e}", config.id);
+    let sync_fd = match detach::take_sync_fd(config.sync_fd) {
+        Ok(fd) => fd,
+        Err(e) => {
+            fail(&e);
+            return 1;
+        }
+    };
+    let mut sync = SyncPipe::new(sync_fd);
+    let log = match prepare(&config, &sync) {
+        Ok(log) => log,
+        Err(e) => {
+            fail(&e);
+            sync.fail(&e.to_string());
+            return 1;
+        }
+    };
+    match detach::fork() {
+        Ok(detach::Side::Parent) => return 0,
+        Ok(detach::Side::Child) => {}
+        Err(e) => {
+            fail(&e);
+            sync.fail(&e.to_string());
+            return 1;
+        }
+    }
+    match run(&config, log, &mut sync) {
+        Ok(()) => 0,
+        Err(e) => {
+            sync.fail(&e.to_string()); // no-op once the container was reported created
+            1
+        }
+    }
+}
+
+/// Checks done while the daemon still waits on our exit status: descriptors, directories,
+/// the log file.
+fn prepare(config: &Config, sync: &SyncPipe) -> Result<LogFile> {
+    detach::close_inherited_fds(sync.fd())?;
+    let config_json = config.bundle.join("config.json");
+    if !config_json.is_file() {
+        return Err(Error::msg(format!(
+            "bundle: {} not found",
+            config_json.display()
+        )));
+    }
+    let exit_dir = config.exit_file.parent().unwrap_or(&config.bundle);
+    if !exit_dir.is_dir() {
+        return Err(Error::msg(format!(
+            "exit file directory {} not found",
+            exit_dir.display()
+        )));
+    }
+    LogFile::open(&config.log_path)
+}
+
+/// The monitor proper, after the fork.
+fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
+    detach::become_monitor()?;
+    let signals = signals::Signals::new()?;
+    let (console, pipes, stdio) = if config.tty {
+        let console = console::ConsoleSocket::bind(&config.bundle)?;
+        (Some(console), None, container_io::terminal_runc_stdio())
+    } else {
+        let (io, stdio) = container_io::pipes(config.stdin, config.log_max_line)?;
+        (None, Some(io), stdio)
+    };
+    runc::create(config, console.as_ref().map(|_| console::NAME), stdio)?;
+    let started_at = SystemTime::now();
+    let mut io = match (pipes, console) {
+        (Some(io), _) => io,
+        (None, Some(console)) => {
+            container_io::terminal(console.receive()?, config.stdin, config.log_max_line)?
+        }
+        (None, None) => return Err(Error::msg("no container stdio")),
+    };
+    let init = runc::read_pid(&runc::pid_file(&config.bundle))?;
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    match runc::parent_of(init) {
+        Some(parent) if parent == me => {}
+        other => {
+            return Err(Error::msg(format!(
+                "init {init} is not the monitor's child (parent {other:?})"
+            )))
+        }
+    }
+    let oom = OomCounter::for_bundle(&config.bundle, &config.id).ok();
+    let oom_before = oom.as_ref().and_then(OomCounter::read);
+    sync.ready(me, init);
+    trim::shed_startup_pages();
+
+    let exit = supervise::run(init, &signals, &mut io, &mut log)?;
+    drop(io);
+    let oom_after = oom.as_ref().and_then(OomCounter::read);
+    let (code, signal) = exit_code(exit.status);
+    ExitRecord {
+        pid: init,
+        exit_code: code,
+        signal,
+        oom_killed: oom_after.is_some_and(|after| after > oom_before.unwrap_or(0)),
+        started_at_ns: unix_nanos(started_at),
+        finished_at_ns: unix_nanos(exit.at),
+    }
+    .write(&config.exit_file)
+    .context("record exit")
+}

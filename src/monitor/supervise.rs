@@ -1,0 +1,145 @@
+//! The event loop: copy container output into the log, reap children, notice the init's exit.
+
+use std::process::ExitStatus;
+use std::time::{Duration, Instant, SystemTime};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::process::{wait, WaitOptions};
+
+use super::container_io::{ContainerIo, Output};
+use super::error::{Context, Result};
+use super::exit_record::from_raw;
+use super::log_file::LogFile;
+use super::signals::Signals;
+
+/// How long output is still copied after the init exited: processes that escaped the init
+/// (a shared pid namespace) may hold the pipes open forever.
+pub const DRAIN: Duration = Duration::from_secs(2);
+
+const READ_BUF: usize = 16 * 1024;
+
+/// How and when the init ended.
+#[derive(Debug, Clone, Copy)]
+pub struct InitExit {
+    /// Its wait status.
+    pub status: ExitStatus,
+    /// When it was reaped.
+    pub at: SystemTime,
+}
+
+/// Runs until the init `init` has exited and its output is drained (EOF on every stream, or
+/// [`DRAIN`] after the exit). Reopens the log on SIGUSR1; reaps every child (we are the
+/// subreaper: orphans of the container end up here). Only the log write may block.
+pub fn run(
+    init: i32,
+    signals: &Signals,
+    io: &mut ContainerIo,
+    log: &mut LogFile,
+) -> Result<InitExit> {
+    let mut buf = vec![0u8; READ_BUF];
+    // The init's exit, and until when its output is still drained.
+    let mut exited: Option<(InitExit, Instant)> = None;
+    loop {
+        if let Some((exit, deadline)) = exited {
+            let open = io.outputs.iter().any(|o| o.fd.is_some());
+            if !open || Instant::now() >= deadline {
+                for output in &mut io.outputs {
+                    output.splitter.finish(log);
+                    output.fd = None;
+                }
+                return Ok(exit);
+            }
+        }
+        let deadline = exited.map(|(_, deadline)| deadline);
+        let (signalled, ready) = wait_ready(signals, &io.outputs, deadline)?;
+        if signalled {
+            let arrived = signals.read();
+            if arrived.reopen_log {
+                // On failure the old file is kept; the kubelet retries ReopenContainerLog.
+                let _ = log.reopen();
+            }
+            if arrived.child {
+                if let Some(exit) = reap(init)? {
+                    exited = Some((exit, Instant::now() + DRAIN));
+                }
+            }
+        }
+        for (output, ready) in io.outputs.iter_mut().zip(ready) {
+            if ready {
+                read_once(output, &mut buf, log);
+            }
+        }
+    }
+}
+
+/// Polls the signalfd and the open outputs; returns which are ready.
+fn wait_ready(
+    signals: &Signals,
+    outputs: &[Output],
+    deadline: Option<Instant>,
+) -> Result<(bool, Vec<bool>)> {
+    let mut fds = Vec::with_capacity(1 + outputs.len());
+    fds.push(PollFd::new(signals, PollFlags::IN));
+    let mut slots = Vec::with_capacity(outputs.len());
+    for output in outputs {
+        slots.push(output.fd.as_ref().map(|fd| {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+            fds.len() - 1
+        }));
+    }
+    let timeout = deadline
+        .map(|d| Timespec::try_from(d.saturating_duration_since(Instant::now())))
+        .transpose()
+        .context("poll timeout")?;
+    match poll(&mut fds, timeout.as_ref()) {
+        Ok(_) | Err(Errno::INTR) => {}
+        Err(e) => return Err(e).context("poll"),
+    }
+    let signalled = !fds[0].revents().is_empty();
+    let ready = slots
+        .iter()
+        .map(|slot| slot.is_some_and(|i| !fds[i].revents().is_empty()))
+        .collect();
+    Ok((signalled, ready))
+}
+
+/// One read from a ready output into the log; end of file (or EIO: the terminal's last
+/// slave closed) flushes what is pending and closes the stream.
+fn read_once(output: &mut Output, buf: &mut [u8], log: &mut LogFile) {
+    let Some(fd) = &output.fd else {
+        return;
+    };
+    match rustix::io::read(fd, &mut *buf) {
+        Ok(0) => {}
+        Ok(n) => {
+            output.splitter.feed(&buf[..n], log);
+            return;
+        }
+        Err(Errno::AGAIN | Errno::INTR) => return,
+        Err(_) => {} // EIO from a terminal master whose slave is gone, or a broken stream
+    }
+    output.splitter.finish(log);
+    output.fd = None;
+}
+
+/// Reaps every exited child without blocking; returns the init's exit if it was among them.
+fn reap(init: i32) -> Result<Option<InitExit>> {
+    let mut found = None;
+    loop {
+        // wait(), not waitpid(None): the latter is waitpid(0), our process group only.
+        match wait(WaitOptions::NOHANG) {
+            Ok(Some((pid, status))) => {
+                if pid.as_raw_nonzero().get() == init {
+                    found = Some(InitExit {
+                        status: from_raw(status.as_raw()),
+                        at: SystemTime::now(),
+                    });
+                }
+            }
+            Ok(None) | Err(Errno::CHILD) => return Ok(found),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e).context("waitpid"),
+        }
+    }
+}
