@@ -1,0 +1,130 @@
+//! Facts about the host the spec depends on, detected once at daemon start.
+
+use std::path::Path;
+
+use crate::error::Result;
+use crate::oci::resources::CgroupSupport;
+use crate::oci::{caps, process, seccomp};
+
+/// cgroup2's filesystem magic (`statfs(2)`).
+const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+
+/// What the spec builder needs to know about the host and the daemon itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFacts {
+    /// The daemon's own oom_score_adj: containers are never given less (see
+    /// `process::oom_score_adj`).
+    pub oom_score_adj: i32,
+    /// The daemon's effective capabilities (`CAP_*`): what privileged and `add: [ALL]` mean.
+    pub capabilities: Vec<String>,
+    /// /sys/fs/cgroup is cgroup v2.
+    pub cgroup_unified: bool,
+    /// The memory controller accounts swap.
+    pub swap_accounting: bool,
+    /// The hugetlb controller is available.
+    pub hugetlb: bool,
+    /// AppArmor is enabled (`/sys/module/apparmor/parameters/enabled` is `Y`).
+    pub apparmor: bool,
+    /// Name of the loaded runtime-default AppArmor profile; `None` until the daemon loads one.
+    pub apparmor_default_profile: Option<String>,
+    /// The OCI runtime supports `rro` mount options (runc ≥ 1.2).
+    pub recursive_read_only: bool,
+    /// Kernel `(major, minor)` (seccomp `minKernel` conditions).
+    pub kernel: (u32, u32),
+    /// The node's hostname (`HOSTNAME` for pods that do not name one).
+    pub hostname: String,
+}
+
+impl Default for HostFacts {
+    /// Conservative facts for tests: cgroup v1 with swap, no AppArmor, a current kernel, the
+    /// capabilities of root.
+    fn default() -> Self {
+        HostFacts {
+            oom_score_adj: 0,
+            capabilities: caps::ALL_CAPABILITIES
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
+            cgroup_unified: false,
+            swap_accounting: true,
+            hugetlb: false,
+            apparmor: false,
+            apparmor_default_profile: None,
+            recursive_read_only: false,
+            kernel: (6, 1),
+            hostname: "node".to_string(),
+        }
+    }
+}
+
+impl HostFacts {
+    /// Reads the facts from /proc and /sys. `recursive_read_only` and
+    /// `apparmor_default_profile` are left off: they are for the runtime wrapper and the
+    /// AppArmor loader to set.
+    pub fn detect() -> Result<HostFacts> {
+        let unified = rustix::fs::statfs("/sys/fs/cgroup")
+            .map(|s| s.f_type as u64 == CGROUP2_SUPER_MAGIC)
+            .unwrap_or(false);
+        let own_v2 = std::fs::read_to_string("/proc/self/cgroup")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
+            })
+            .unwrap_or_else(|| "/".to_string());
+        let (swap, hugetlb) = if unified {
+            let own = Path::new("/sys/fs/cgroup").join(own_v2.trim_start_matches('/'));
+            let controllers =
+                std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").unwrap_or_default();
+            (
+                own.join("memory.swap.max").exists(),
+                controllers.split_whitespace().any(|c| c == "hugetlb"),
+            )
+        } else {
+            (
+                Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists(),
+                Path::new("/sys/fs/cgroup/hugetlb").is_dir(),
+            )
+        };
+        let apparmor = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+            .is_ok_and(|s| s.trim_start().starts_with('Y'));
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        Ok(HostFacts {
+            oom_score_adj: process::daemon_oom_score_adj()?,
+            capabilities: caps::current_capabilities()?,
+            cgroup_unified: unified,
+            swap_accounting: swap,
+            hugetlb,
+            apparmor,
+            apparmor_default_profile: None,
+            recursive_read_only: false,
+            kernel: seccomp::host_kernel(),
+            hostname,
+        })
+    }
+
+    /// The cgroup features resources depend on.
+    pub fn cgroup_support(&self) -> CgroupSupport {
+        CgroupSupport {
+            unified: self.cgroup_unified,
+            swap: self.swap_accounting,
+            hugetlb: self.hugetlb,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detect_reads_this_host() {
+        let f = HostFacts::detect().expect("detect");
+        assert!(f.capabilities.iter().all(|c| c.starts_with("CAP_")));
+        assert!(f.kernel.0 >= 4, "{:?}", f.kernel);
+        assert!((-1000..=1000).contains(&f.oom_score_adj));
+        assert!(!f.hostname.is_empty());
+    }
+}

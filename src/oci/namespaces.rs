@@ -1,0 +1,162 @@
+//! Namespaces (joined from the pod, new, or the host's) and the namespaced sysctls they allow.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
+
+use crate::error::{Error, Result};
+use crate::oci::request::{NamespaceMode, NamespaceOptions, SandboxContext};
+
+fn ns(typ: LinuxNamespaceType, path: Option<PathBuf>) -> LinuxNamespace {
+    let mut n = LinuxNamespace::default();
+    n.set_typ(typ);
+    n.set_path(path);
+    n
+}
+
+fn pinned(container: &str, what: &str, path: &Option<PathBuf>) -> Result<PathBuf> {
+    path.clone().ok_or_else(|| {
+        Error::precondition(format!(
+            "container {container}: the pod has no {what} namespace to join"
+        ))
+    })
+}
+
+/// A pod-level namespace (network or IPC): the pod's pinned file, or none (the host's) when
+/// the pod uses the host's. The container may only repeat the pod's choice: the kubelet sends
+/// POD or NODE, and CONTAINER/TARGET are not defined for these namespaces.
+fn pod_level(container: &str, what: &str, mode: NamespaceMode, host: bool) -> Result<bool> {
+    match (mode, host) {
+        (NamespaceMode::Pod, host) => Ok(host),
+        (NamespaceMode::Node, true) => Ok(true),
+        (NamespaceMode::Node, false) => Err(Error::invalid(format!(
+            "container {container}: {what} namespace NODE needs a pod on the host {what}"
+        ))),
+        (m, _) => Err(Error::invalid(format!(
+            "container {container}: {what} namespace mode {m:?} is not supported"
+        ))),
+    }
+}
+
+/// The namespace list, following containerd's WithPodNamespaces: network, IPC and UTS from the
+/// pod (UTS follows network: a host-network pod has the host's hostname); pid from the pod's
+/// holder, the target container, a new one, or the host's; always a new mount namespace; a new
+/// cgroup namespace on cgroup v2 unless privileged (containerd, after containers/libpod#4363).
+pub fn namespaces(
+    container: &str,
+    opts: &NamespaceOptions,
+    sandbox: &SandboxContext,
+    cgroup_unified: bool,
+    privileged: bool,
+) -> Result<Vec<LinuxNamespace>> {
+    let mut out = vec![ns(LinuxNamespaceType::Mount, None)];
+    if !pod_level(container, "network", opts.network, sandbox.host_network)? {
+        let path = pinned(container, "network", &sandbox.net_ns)?;
+        out.push(ns(LinuxNamespaceType::Network, Some(path)));
+        let uts = pinned(container, "UTS", &sandbox.uts_ns)?;
+        out.push(ns(LinuxNamespaceType::Uts, Some(uts)));
+    }
+    if !pod_level(container, "ipc", opts.ipc, sandbox.host_ipc)? {
+        let path = pinned(container, "IPC", &sandbox.ipc_ns)?;
+        out.push(ns(LinuxNamespaceType::Ipc, Some(path)));
+    }
+    match opts.pid {
+        NamespaceMode::Container => out.push(ns(LinuxNamespaceType::Pid, None)),
+        NamespaceMode::Pod if sandbox.host_pid => {}
+        NamespaceMode::Pod => {
+            let pid = sandbox.pid_ns_holder.ok_or_else(|| {
+                Error::precondition(format!(
+                    "container {container}: the pod has no pid namespace holder"
+                ))
+            })?;
+            out.push(ns(LinuxNamespaceType::Pid, Some(proc_ns(pid))));
+        }
+        NamespaceMode::Node if sandbox.host_pid => {}
+        NamespaceMode::Node => {
+            return Err(Error::invalid(format!(
+                "container {container}: pid namespace NODE needs a pod on the host pid namespace"
+            )))
+        }
+        NamespaceMode::Target => {
+            let pid = sandbox.target_pid.ok_or_else(|| {
+                Error::invalid(format!(
+                    "container {container}: pid namespace target {:?} is not running",
+                    opts.target_id
+                ))
+            })?;
+            out.push(ns(LinuxNamespaceType::Pid, Some(proc_ns(pid))));
+        }
+    }
+    if cgroup_unified && !privileged {
+        out.push(ns(LinuxNamespaceType::Cgroup, None));
+    }
+    Ok(out)
+}
+
+fn proc_ns(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/ns/pid"))
+}
+
+/// Which namespace a sysctl belongs to, for the ones a pod may set (the kernel's namespaced
+/// sysctls as the kubelet's sysctl allowlist knows them).
+fn sysctl_namespace(name: &str) -> Option<&'static str> {
+    const IPC_PREFIXES: [&str; 3] = ["kernel.shm", "kernel.msg", "fs.mqueue."];
+    if name == "kernel.sem" || IPC_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        Some("ipc")
+    } else if name.starts_with("net.") {
+        Some("net")
+    } else {
+        None
+    }
+}
+
+/// `net/ipv4/conf/eth0.100/forwarding` → `net.ipv4.conf.eth0/100.forwarding` (the kubelet's
+/// slash form: dots and slashes swap roles); dotted names are returned as they are.
+fn dotted(name: &str) -> String {
+    if !name.contains('/') {
+        return name.to_string();
+    }
+    name.chars()
+        .map(|c| match c {
+            '/' => '.',
+            '.' => '/',
+            c => c,
+        })
+        .collect()
+}
+
+/// The pod's sysctls, each checked to be namespaced and in a namespace the pod owns.
+pub fn sysctls(
+    container: &str,
+    sandbox: &SandboxContext,
+) -> Result<Option<HashMap<String, String>>> {
+    if sandbox.sysctls.is_empty() {
+        return Ok(None);
+    }
+    let mut out = HashMap::new();
+    for (name, value) in &sandbox.sysctls {
+        let key = dotted(name);
+        let host = match sysctl_namespace(&key) {
+            Some("ipc") => sandbox.host_ipc.then_some("IPC"),
+            Some(_) => sandbox.host_network.then_some("network"),
+            None => {
+                return Err(Error::invalid(format!(
+                    "container {container}: sysctl {name:?} is not namespaced"
+                )))
+            }
+        };
+        if let Some(ns) = host {
+            return Err(Error::invalid(format!(
+                "container {container}: sysctl {name:?} is not allowed with the host {ns} \
+                 namespace"
+            )));
+        }
+        out.insert(key, value.clone());
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+#[path = "namespaces_tests.rs"]
+mod tests;
