@@ -25,6 +25,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             sigterm_exits_zero_and_stale_socket_is_replaced,
         ),
         trial(
+            "daemon::sigterm_does_not_wait_forever_for_a_silent_client",
+            &[Need::Root],
+            sigterm_does_not_wait_forever_for_a_silent_client,
+        ),
+        trial(
             "daemon::unserved_rpcs_say_unimplemented",
             &[Need::Root],
             unserved_rpcs_say_unimplemented,
@@ -151,6 +156,21 @@ fn sigterm_exits_zero_and_stale_socket_is_replaced() -> anyhow::Result<()> {
             .await?;
         Ok(())
     })
+}
+
+fn sigterm_does_not_wait_forever_for_a_silent_client() -> anyhow::Result<()> {
+    let mut d = Daemon::start("")?;
+    // Connected, never speaks HTTP/2, never reads a GOAWAY.
+    let _silent = std::os::unix::net::UnixStream::connect(d.socket())?;
+    let t = std::time::Instant::now();
+    let st = d.terminate().context("no exit status")?;
+    ensure!(st.success(), "exit status {st:?}");
+    ensure!(
+        t.elapsed() < std::time::Duration::from_secs(8),
+        "took {:?}",
+        t.elapsed()
+    );
+    Ok(())
 }
 
 fn unserved_rpcs_say_unimplemented() -> anyhow::Result<()> {

@@ -137,7 +137,8 @@ impl Daemon {
         if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
-        for _ in 0..500 {
+        // Longer than the daemon's drain deadline (5 s), so a clean exit is seen as one.
+        for _ in 0..1000 {
             if let Ok(Some(st)) = c.try_wait() {
                 return Some(st);
             }

@@ -40,20 +40,10 @@ pub async fn run(config: Config) -> Result<()> {
         "bosun serving"
     );
 
-    let shutdown = async {
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            return std::future::pending::<()>().await;
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
-    };
-
-    let served = Server::builder()
+    // A signal starts a graceful drain (HTTP/2 GOAWAY); clients that ignore it cannot hold the
+    // daemon: after DRAIN_DEADLINE it exits anyway. Containers are never touched here.
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = Server::builder()
         .add_service(
             RuntimeServiceServer::new(CriRuntime::new(config.clone()))
                 .max_decoding_message_size(MAX_MESSAGE)
@@ -65,10 +55,52 @@ pub async fn run(config: Config) -> Result<()> {
                 .max_encoding_message_size(MAX_MESSAGE),
         )
         .add_service(ImagesServer::new(ApiImages::new(images.clone())))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await;
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+            let _ = stop_rx.await;
+        });
+    let mut server = tokio::spawn(server);
+    let signalled = tokio::select! {
+        served = &mut server => Some(served),
+        _ = wait_for_signal() => None,
+    };
+    let served = match signalled {
+        Some(served) => served,
+        None => {
+            let _ = stop_tx.send(());
+            match tokio::time::timeout(DRAIN_DEADLINE, &mut server).await {
+                Ok(served) => served,
+                Err(_) => {
+                    tracing::warn!(
+                        "clients still connected {}s after the signal: exiting without them",
+                        DRAIN_DEADLINE.as_secs()
+                    );
+                    server.abort();
+                    Ok(Ok(()))
+                }
+            }
+        }
+    };
     let _ = std::fs::remove_file(&config.socket);
-    served.map_err(|e| Error::internal(format!("serve {}: {e}", config.socket.display())))?;
+    served
+        .map_err(|e| Error::internal(format!("serve task: {e}")))?
+        .map_err(|e| Error::internal(format!("serve {}: {e}", config.socket.display())))?;
     tracing::info!("bosun stopped");
     Ok(())
+}
+
+/// How long a SIGTERM/SIGINT waits for in-flight calls before the daemon exits regardless.
+pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Resolves on SIGTERM or SIGINT (never, if the handlers cannot be installed).
+async fn wait_for_signal() {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
 }
