@@ -1044,8 +1044,8 @@ impl Report {
                  one discarded warm-up pull per image first.",
                 self.rounds
             ),
-            "- Pulls: CRI PullImage through the same tonic client, registry on 127.0.0.1 over plain \
-             HTTP (containerd via a registry mirror entry)."
+            "- Pulls: CRI PullImage through the same tonic client, registry on 127.0.0.1 over \
+             plain HTTP (containerd via a registry mirror entry)."
                 .to_string(),
             "- Imports: containerd's figure is `ctr -n k8s.io images import` wall time in both \
              rows (ctr start included, archive streamed to containerd over gRPC); `Import RPC` \
@@ -1054,8 +1054,8 @@ impl Report {
                 .to_string(),
             format!(
                 "- Idle memory: {} samples per runtime (first daemon of each round, and the \
-                 daemon of the {}-image phase). Latency: {QUERIES} sequential calls after {} warm-up calls, \
-                 ImageStatus of `{STATUS_REF}` by tag.",
+                 daemon of the {}-image phase). Latency: {QUERIES} sequential calls after {} \
+                 warm-up calls, ImageStatus of `{STATUS_REF}` by tag.",
                 self.rounds + 1,
                 TINY_IMAGES,
                 QUERIES / 10
