@@ -1,0 +1,379 @@
+//! Starting a container's monitor ([`launch_monitor`]) and learning when the container exited
+//! ([`ExitWatcher`]), also for monitors started before a daemon restart.
+//!
+//! The monitor (`bosun monitor …`, see [`crate::monitor`]) forks away: the process we spawn
+//! exits at once and is reaped here; the monitor reports `{"monitor_pid","init_pid"}` or
+//! `{"error"}` on a pipe given to it as fd 3, and writes the exit file when the init exits.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::monitor::exit_record::ExitRecord;
+use crate::sys::{CommandExt, PidFd};
+
+/// The descriptor number the sync pipe gets in the monitor.
+const SYNC_FD: i32 = 3;
+/// The longest sync message read.
+const SYNC_MAX: usize = 64 << 10;
+
+/// What [`launch_monitor`] passes to `bosun monitor` (paths absolute; see its interface).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonitorArgs {
+    /// The `bosun` binary to run as `<program> monitor …`; `None`: the current executable.
+    pub program: Option<PathBuf>,
+    /// The container id.
+    pub id: String,
+    /// The OCI bundle directory.
+    pub bundle: PathBuf,
+    /// The runc binary.
+    pub runtime: PathBuf,
+    /// runc's `--root`.
+    pub runtime_root: PathBuf,
+    /// The CRI log file.
+    pub log_path: PathBuf,
+    /// Where the monitor writes the exit record.
+    pub exit_file: PathBuf,
+    /// Give the container a stdin pipe.
+    pub stdin: bool,
+    /// Close stdin after the first attach.
+    pub stdin_once: bool,
+    /// Run the container on a terminal.
+    pub tty: bool,
+    /// `--log-max-line` (`None`: the monitor's default).
+    pub log_max_line: Option<usize>,
+    /// How long to wait for the monitor's report (it includes `runc create`).
+    pub timeout: Duration,
+}
+
+impl MonitorArgs {
+    /// Arguments for container `id` with no stdin or tty and a 60 s report timeout.
+    pub fn new(
+        id: impl Into<String>,
+        bundle: impl Into<PathBuf>,
+        runtime: impl Into<PathBuf>,
+        runtime_root: impl Into<PathBuf>,
+        log_path: impl Into<PathBuf>,
+        exit_file: impl Into<PathBuf>,
+    ) -> Self {
+        MonitorArgs {
+            program: None,
+            id: id.into(),
+            bundle: bundle.into(),
+            runtime: runtime.into(),
+            runtime_root: runtime_root.into(),
+            log_path: log_path.into(),
+            exit_file: exit_file.into(),
+            stdin: false,
+            stdin_once: false,
+            tty: false,
+            log_max_line: None,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The command line after the program name.
+    fn argv(&self) -> Vec<std::ffi::OsString> {
+        let mut argv: Vec<std::ffi::OsString> = vec!["monitor".into(), "--id".into()];
+        argv.push(self.id.clone().into());
+        for (flag, path) in [
+            ("--bundle", &self.bundle),
+            ("--runtime", &self.runtime),
+            ("--runtime-root", &self.runtime_root),
+            ("--log-path", &self.log_path),
+            ("--exit-file", &self.exit_file),
+        ] {
+            argv.extend([flag.into(), path.into()]);
+        }
+        argv.extend(["--sync-fd".into(), SYNC_FD.to_string().into()]);
+        for (flag, on) in [
+            ("--stdin", self.stdin),
+            ("--stdin-once", self.stdin_once),
+            ("--tty", self.tty),
+        ] {
+            if on {
+                argv.push(flag.into());
+            }
+        }
+        if let Some(n) = self.log_max_line {
+            argv.extend(["--log-max-line".into(), n.to_string().into()]);
+        }
+        argv
+    }
+}
+
+/// A monitor that created its container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Launched {
+    /// The monitor's pid (not our child).
+    pub monitor_pid: i32,
+    /// The container init's host pid.
+    pub init_pid: i32,
+}
+
+/// Spawns the monitor for `args.id`, reaps the process that forks it, and returns the pids
+/// it reports; errors carry the monitor's message and name the container.
+pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
+    let id = &args.id;
+    let fail = |kind: ErrorKind, msg: String| {
+        Error::new(kind, format!("container {id}: start monitor: {msg}"))
+    };
+    let program = match &args.program {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| fail(ErrorKind::Internal, format!("current executable: {e}")))?,
+    };
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| fail(ErrorKind::Internal, format!("pipe: {e}")))?;
+    let mut cmd = std::process::Command::new(&program);
+    cmd.args(args.argv())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .reset_signals()
+        .inherit_fd_as(write, SYNC_FD);
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    let spawned = cmd.spawn();
+    drop(cmd); // closes our copy of the pipe's write end: EOF once the monitor is done
+    let mut child = spawned.map_err(|e| {
+        fail(
+            ErrorKind::Internal,
+            format!("spawn {}: {e}", program.display()),
+        )
+    })?;
+    let work = async {
+        let status = child.wait().await?;
+        if !status.success() {
+            // Not forked: the process is gone, its stderr (and maybe the pipe) has the reason.
+            let mut err = String::new();
+            if let Some(mut stderr) = child.stderr.take() {
+                let _ = stderr.read_to_string(&mut err).await;
+            }
+            let sync = read_line(read).await.unwrap_or_default();
+            return Ok::<_, std::io::Error>(Err((status.to_string(), err, sync)));
+        }
+        drop(child.stderr.take());
+        Ok(Ok(read_line(read).await?))
+    };
+    let outcome = tokio::time::timeout(args.timeout, work)
+        .await
+        .map_err(|_| {
+            fail(
+                ErrorKind::DeadlineExceeded,
+                format!("no report in {:?}", args.timeout),
+            )
+        })?
+        .map_err(|e| fail(ErrorKind::Internal, e.to_string()))?;
+    let line = match outcome {
+        Ok(line) => line,
+        Err((status, stderr, sync)) => {
+            let msg = sync_error(&sync).unwrap_or_else(|| {
+                let stderr = stderr.trim();
+                let stderr = stderr.strip_prefix("bosun monitor: ").unwrap_or(stderr);
+                format!("{status}: {stderr}")
+            });
+            return Err(fail(ErrorKind::Internal, msg));
+        }
+    };
+    if let Some(msg) = sync_error(&line) {
+        return Err(fail(ErrorKind::Internal, msg));
+    }
+    serde_json::from_str::<Launched>(line.trim()).map_err(|e| {
+        let msg = if line.is_empty() {
+            "the monitor closed the sync pipe without a report".to_string()
+        } else {
+            format!("bad report {line:?}: {e}")
+        };
+        fail(ErrorKind::Internal, msg)
+    })
+}
+
+/// The `error` of a `{"error": …}` sync message.
+fn sync_error(line: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Failed {
+        error: String,
+    }
+    serde_json::from_str::<Failed>(line.trim())
+        .ok()
+        .map(|f| f.error)
+}
+
+/// Reads one line (or up to EOF, at most [`SYNC_MAX`] bytes) from the pipe's read end.
+async fn read_line(fd: OwnedFd) -> std::io::Result<String> {
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.contains(&b'\n') && buf.len() < SYNC_MAX {
+        let n = pipe.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// How a container ended, as far as its monitor recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerExit {
+    /// The monitor's exit record.
+    Recorded(ExitRecord),
+    /// The monitor is gone and left no readable record (the reason says why).
+    Unknown(String),
+}
+
+/// Waits for a container's exit through its monitor — a child of ours or not (after a daemon
+/// restart): a pidfd of the monitor becomes readable when it exits, and the exit file, written
+/// before that, is then read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitWatcher {
+    id: String,
+    monitor_pid: i32,
+    exit_file: PathBuf,
+}
+
+impl ExitWatcher {
+    /// Watches the monitor `monitor_pid` of container `id`, which writes `exit_file`.
+    pub fn new(id: impl Into<String>, monitor_pid: i32, exit_file: impl Into<PathBuf>) -> Self {
+        ExitWatcher {
+            id: id.into(),
+            monitor_pid,
+            exit_file: exit_file.into(),
+        }
+    }
+
+    /// Resolves once the monitor has exited (at once if it is already gone); never panics.
+    pub async fn wait(&self) -> ContainerExit {
+        match PidFd::open(self.monitor_pid) {
+            // The pid may have been reused since the monitor was recorded: check it is ours.
+            // If it dies from here on, the pidfd (bound to this very process) reports it.
+            Ok(fd) if self.monitor_alive() => {
+                if fd.exited().await.is_err() {
+                    self.poll_until_gone().await;
+                }
+            }
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(_) => self.poll_until_gone().await,
+        }
+        read_exit(&self.exit_file)
+    }
+
+    /// The fallback when no pidfd can be had: polls the monitor's command line.
+    async fn poll_until_gone(&self) {
+        while self.monitor_alive() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The pid runs `… monitor --id <id> …` (a zombie has no command line).
+    fn monitor_alive(&self) -> bool {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.monitor_pid));
+        let needle = format!("\0monitor\0--id\0{}\0", self.id);
+        cmdline.is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+    }
+}
+
+/// The exit record at `path`, or why there is none.
+pub fn read_exit(path: &Path) -> ContainerExit {
+    match std::fs::read(path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(record) => ContainerExit::Recorded(record),
+            Err(e) => ContainerExit::Unknown(format!("exit file {}: {e}", path.display())),
+        },
+        Err(e) => ContainerExit::Unknown(format!("no exit file {}: {e}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in for `bosun` running `body` as a shell script.
+    fn program(dir: &Path, body: &str) -> MonitorArgs {
+        let path = dir.join("fake-bosun");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut args = MonitorArgs::new("c1", "/b", "runc", "/r", "/l", dir.join("exit"));
+        args.program = Some(path);
+        args.timeout = Duration::from_secs(5);
+        args
+    }
+
+    #[tokio::test]
+    async fn reports_the_pids_from_fd_3() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = r#"[ "$1 $2 $3" = "monitor --id c1" ] || exit 9
+echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
+        let got = launch_monitor(&program(dir.path(), script)).await;
+        let want = Launched {
+            monitor_pid: 11,
+            init_pid: 22,
+        };
+        assert_eq!(got, Ok(want));
+    }
+
+    #[tokio::test]
+    async fn errors_name_the_container() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let args = program(dir.path(), r#"echo '{"error": "runc create: boom"}' >&3"#);
+        let e = launch_monitor(&args).await.expect_err("error");
+        assert_eq!(
+            e.to_string(),
+            "container c1: start monitor: runc create: boom"
+        );
+        let args = program(dir.path(), "echo 'bosun monitor: bad flag' >&2; exit 2");
+        let e = launch_monitor(&args).await.expect_err("error");
+        assert!(e.to_string().ends_with("exit status: 2: bad flag"), "{e}");
+        let args = program(dir.path(), "exit 0");
+        let e = launch_monitor(&args).await.expect_err("error");
+        assert!(e.to_string().contains("without a report"), "{e}");
+        let mut args = program(dir.path(), "exec sleep 5 3>&-");
+        args.timeout = Duration::from_millis(300);
+        let e = launch_monitor(&args).await.expect_err("timeout");
+        assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "{e}");
+    }
+
+    #[tokio::test]
+    async fn exit_watcher_waits_for_the_monitor_then_reads_the_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let exit = dir.path().join("exit");
+        let record = r#"{"pid":5,"exit_code":137,"signal":9,"oom_killed":false,"started_at_ns":1,"finished_at_ns":2}"#;
+        // Its command line looks like a monitor's: `sh -c SCRIPT monitor --id c1 FILE`.
+        let script = format!("sleep 0.3; echo '{record}' > \"$3\"");
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", &script, "monitor", "--id", "c1"])
+            .arg(&exit)
+            .spawn()
+            .expect("spawn");
+        let pid = child.id().and_then(|p| i32::try_from(p).ok()).expect("pid");
+        let watcher = ExitWatcher::new("c1", pid, &exit);
+        // The spawn may return before the new command line is visible in /proc.
+        for _ in 0..100 {
+            if watcher.monitor_alive() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let got = watcher.wait().await;
+        let ContainerExit::Recorded(r) = got else {
+            panic!("{got:?}");
+        };
+        assert_eq!((r.pid, r.exit_code, r.signal), (5, 137, Some(9)));
+        child.wait().await.expect("reap");
+        // A pid that is not this container's monitor (ours) resolves at once: no file.
+        let me = std::process::id() as i32;
+        let other = ExitWatcher::new("c2", me, dir.path().join("none"));
+        let got = tokio::time::timeout(Duration::from_secs(2), other.wait()).await;
+        assert!(matches!(got, Ok(ContainerExit::Unknown(_))), "{got:?}");
+    }
+}

@@ -1,0 +1,209 @@
+//! `runc exec` for ExecSync: capped output, a deadline that kills and reaps the process.
+//!
+//! runc runs in its own process group with `--pid-file`. The exec'd process leads a session
+//! and group of its own (runc's nsexec calls `setsid`), so on timeout its group (it and its
+//! children), the process itself and runc's group all get SIGKILL; runc then reaps the
+//! process and we reap runc. runc's own failures go to a per-exec log
+//! file, kept apart from the process's stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::oci::runc::{json_error, kind_of, ExecOutput, Runc};
+use crate::sys::CommandExt;
+
+/// How long output may keep flowing after the process ended (a descendant that escaped the
+/// kill could hold the pipes open forever).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// A temporary directory removed on drop.
+struct TmpDir(PathBuf);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Reads `r` to EOF keeping at most `cap` bytes in `out`; the rest is read and dropped so the
+/// writer never blocks.
+async fn read_capped(r: Option<impl AsyncRead + Unpin>, out: &mut Vec<u8>, cap: usize) {
+    let Some(mut r) = r else { return };
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let room = cap.saturating_sub(out.len()).min(n);
+                out.extend_from_slice(&buf[..room]);
+            }
+        }
+    }
+}
+
+/// The exit status as CRI wants it: the code, or 128 + signal.
+fn code_of(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(255)
+}
+
+fn kill(pid: i32, group: bool) {
+    let Some(p) = rustix::process::Pid::from_raw(pid) else {
+        return;
+    };
+    let sig = rustix::process::Signal::KILL;
+    let _ = if group {
+        rustix::process::kill_process_group(p, sig)
+    } else {
+        rustix::process::kill_process(p, sig)
+    };
+}
+
+/// Kills the exec'd process (by its pid file) and runc's process group when dropped armed:
+/// on timeout, and when the caller abandons the exec future.
+struct Killer<'a> {
+    pid_file: &'a Path,
+    group: Option<i32>,
+    armed: bool,
+}
+
+impl Killer<'_> {
+    fn fire(&self) {
+        if let Some(pid) = read_pid(self.pid_file) {
+            // runc's nsexec makes the exec'd process a session (and group) leader.
+            kill(pid, true);
+            kill(pid, false);
+        }
+        if let Some(pgid) = self.group {
+            kill(pgid, true);
+        }
+    }
+}
+
+impl Drop for Killer<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.fire();
+        }
+    }
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Runs `process` in container `id` (see [`crate::oci::OciRuntime::exec`]).
+pub(crate) async fn run(
+    runc: &Runc,
+    id: &str,
+    process: &oci_spec::runtime::Process,
+    timeout: Option<Duration>,
+    cap: usize,
+) -> Result<ExecOutput> {
+    let fail = |kind: ErrorKind, msg: String| {
+        Error::new(kind, format!("container {id}: runc exec: {msg}"))
+    };
+    let suffix: u64 = rand::random();
+    let tmp = TmpDir(runc.tmp_dir.join(format!("bosun-exec-{id}-{suffix:016x}")));
+    std::fs::create_dir_all(&tmp.0).map_err(|e| {
+        fail(
+            ErrorKind::Internal,
+            format!("create {}: {e}", tmp.0.display()),
+        )
+    })?;
+    let (spec, pid_file, log) = (
+        tmp.0.join("process.json"),
+        tmp.0.join("pid"),
+        tmp.0.join("runc.log"),
+    );
+    let json = serde_json::to_vec(process)?;
+    std::fs::write(&spec, json)
+        .map_err(|e| fail(ErrorKind::Internal, format!("write process.json: {e}")))?;
+
+    let mut cmd = runc.command(Some(&log));
+    cmd.arg("exec")
+        .arg("--process")
+        .arg(&spec)
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg(id)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .new_process_group();
+    let mut child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            fail(
+                ErrorKind::Internal,
+                format!("spawn {}: {e}", runc.binary.display()),
+            )
+        })?;
+    let mut killer = Killer {
+        pid_file: &pid_file,
+        group: child.id().and_then(|p| i32::try_from(p).ok()),
+        armed: true,
+    };
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut readers = Box::pin(async {
+        tokio::join!(
+            read_capped(stdout, &mut out, cap),
+            read_capped(stderr, &mut err, cap)
+        )
+    });
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let expired = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expired);
+    let mut drained = false;
+    let mut timed_out = false;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = &mut readers, if !drained => drained = true,
+            () = &mut expired, if !timed_out => {
+                timed_out = true;
+                killer.fire();
+            }
+        }
+    };
+    let status = status.map_err(|e| fail(ErrorKind::Internal, format!("wait: {e}")))?;
+    // runc is reaped: its pid (the group id) may be reused from now on.
+    killer.armed = false;
+    if !drained {
+        let _ = tokio::time::timeout(DRAIN_GRACE, &mut readers).await;
+    }
+    drop(readers);
+    if timed_out {
+        return Ok(ExecOutput {
+            exit_code: code_of(status),
+            stdout: out,
+            stderr: err,
+            timed_out: true,
+        });
+    }
+    // runc exits 255 on its own failures (container missing, exec of a bad path) and logs why.
+    if code_of(status) == 255 {
+        if let Some(msg) = std::fs::read(&log).ok().and_then(|l| json_error(&l)) {
+            return Err(fail(kind_of(&msg), msg));
+        }
+    }
+    Ok(ExecOutput {
+        exit_code: code_of(status),
+        stdout: out,
+        stderr: err,
+        timed_out: false,
+    })
+}

@@ -1,0 +1,9 @@
+//! Parts of the OCI runtime edge split out of [`super::runc`]: exec, the fake runtime,
+//! and the monitor launcher trait with its fake.
+
+pub(crate) mod exec;
+pub mod fake;
+pub mod launcher;
+
+pub use fake::{Call, FakeRuntime};
+pub use launcher::{FakeLauncher, MonitorLauncher, ProcessLauncher};

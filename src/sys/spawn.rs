@@ -1,0 +1,215 @@
+//! Spawning children in a clean state: default signal dispositions, an empty signal mask,
+//! optionally a new process group and an inherited descriptor at a fixed number.
+//!
+//! glibc's `posix_spawn` (what `std::process::Command` uses when it can) leaves ignored
+//! signals ignored — including its internal 32/33 — and the daemon's mask may leak into
+//! children. The hooks here run in the forked child before `exec` and use only
+//! async-signal-safe raw system calls.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt as _;
+use std::process::Command;
+
+/// The kernel's `struct sigaction` (x86_64, aarch64: handler, flags, restorer, 64-bit mask).
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// The highest signal number the kernel knows on the architectures we build for.
+const MAX_SIGNAL: libc::c_int = 64;
+
+/// Resets every signal to its default action and clears the mask of the calling process.
+///
+/// Only raw `rt_sigaction`/`rt_sigprocmask` system calls: async-signal-safe, and unlike
+/// glibc's wrappers they also reach glibc's internal signals 32 and 33.
+fn reset_signals_now() -> io::Result<()> {
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for sig in 1..=MAX_SIGNAL {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: `default` is a valid kernel sigaction installing SIG_DFL (no handler code);
+        // the old-action pointer is null and the size matches the 64-bit kernel sigset.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                &default as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let empty: u64 = 0;
+    // SAFETY: sets the mask from a valid 8-byte set; the old-mask pointer is null.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty as *const u64,
+            std::ptr::null_mut::<u64>(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Child set-up for [`Command`]s the daemon spawns.
+pub trait CommandExt {
+    /// In the child: every signal back to its default action and an empty signal mask.
+    fn reset_signals(&mut self) -> &mut Self;
+    /// In the child: `setpgid(0, 0)`, so the child and what it forks can be killed as a group.
+    fn new_process_group(&mut self) -> &mut Self;
+    /// In the child: `fd` duplicated to `target` (without close-on-exec). `fd` is moved into
+    /// the command and closed in the parent when the command is dropped.
+    fn inherit_fd_as(&mut self, fd: OwnedFd, target: RawFd) -> &mut Self;
+}
+
+impl CommandExt for Command {
+    fn reset_signals(&mut self) -> &mut Self {
+        // SAFETY: the hook makes only async-signal-safe raw system calls and allocates
+        // nothing (required between fork and exec in a multi-threaded process).
+        unsafe { self.pre_exec(reset_signals_now) }
+    }
+
+    fn new_process_group(&mut self) -> &mut Self {
+        // SAFETY: setpgid is async-signal-safe and the hook allocates nothing.
+        unsafe {
+            self.pre_exec(|| {
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        }
+    }
+
+    fn inherit_fd_as(&mut self, fd: OwnedFd, target: RawFd) -> &mut Self {
+        // SAFETY: dup2 and fcntl are async-signal-safe; `fd` is owned by the closure, so it
+        // stays open until the command is dropped (after the spawn).
+        unsafe {
+            self.pre_exec(move || {
+                let raw = fd.as_raw_fd();
+                let rc = if raw == target {
+                    // dup2 onto itself keeps close-on-exec: clear the flag instead.
+                    libc::fcntl(raw, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(raw, target)
+                };
+                if rc < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Stdio;
+
+    fn masks(cmd: &mut Command) -> Vec<(String, String)> {
+        // grep itself reads the masks: dash clears its signal mask at start-up.
+        let out = cmd
+            .args(["-E", "SigIgn|SigBlk", "/proc/self/status"])
+            .stdout(Stdio::piped())
+            .output()
+            .expect("spawn sh");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn reset_signals_leaves_no_ignored_or_blocked_signal() {
+        let got = masks(Command::new("grep").reset_signals());
+        assert_eq!(
+            got,
+            [
+                ("SigBlk".to_string(), "0000000000000000".to_string()),
+                ("SigIgn".to_string(), "0000000000000000".to_string()),
+            ]
+        );
+    }
+
+    /// A `grep` whose first hook dirties the child (SIGUSR1 ignored, SIGUSR2 blocked) the way
+    /// a daemon's state would leak into it.
+    fn dirty_grep() -> Command {
+        let mut cmd = Command::new("grep");
+        // SAFETY: signal() to SIG_IGN and a raw rt_sigprocmask: async-signal-safe, no allocation.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGUSR1, libc::SIG_IGN);
+                let set: u64 = 1 << (libc::SIGUSR2 - 1);
+                libc::syscall(
+                    libc::SYS_rt_sigprocmask,
+                    libc::SIG_BLOCK,
+                    &set as *const u64,
+                    std::ptr::null_mut::<u64>(),
+                    8usize,
+                );
+                Ok(())
+            });
+        }
+        cmd
+    }
+
+    #[test]
+    fn reset_signals_clears_an_inherited_mask_and_ignore() {
+        let dirty = masks(&mut dirty_grep());
+        assert!(
+            dirty.iter().all(|(_, v)| v != "0000000000000000"),
+            "{dirty:?}"
+        );
+        let got = masks(dirty_grep().reset_signals());
+        assert!(got.iter().all(|(_, v)| v == "0000000000000000"), "{got:?}");
+        assert_eq!(got.len(), 2);
+    }
+
+    #[test]
+    fn new_process_group_and_inherited_fd() {
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(r#"echo through-fd >&7; ps -o pid= -o pgid= -p $$ 2>/dev/null || cat /proc/$$/stat"#)
+            .new_process_group()
+            .inherit_fd_as(w, 7)
+            .stdout(Stdio::piped())
+            .output()
+            .expect("spawn");
+        assert!(out.status.success(), "{out:?}");
+        let mut buf = [0u8; 64];
+        let n = rustix::io::read(&r, &mut buf).expect("read");
+        assert_eq!(&buf[..n], b"through-fd\n");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let stat: Vec<&str> = text.split_whitespace().collect();
+        // Either "pid pgid" from ps or /proc stat (pid comm state ppid pgrp …).
+        let (pid, pgid) = if stat.len() == 2 {
+            (stat[0], stat[1])
+        } else {
+            (stat[0], stat[4])
+        };
+        assert_eq!(pid, pgid, "{text}");
+    }
+}
