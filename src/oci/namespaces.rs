@@ -98,35 +98,8 @@ fn proc_ns(pid: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/ns/pid"))
 }
 
-/// Which namespace a sysctl belongs to, for the ones a pod may set (the kernel's namespaced
-/// sysctls as the kubelet's sysctl allowlist knows them).
-fn sysctl_namespace(name: &str) -> Option<&'static str> {
-    const IPC_PREFIXES: [&str; 3] = ["kernel.shm", "kernel.msg", "fs.mqueue."];
-    if name == "kernel.sem" || IPC_PREFIXES.iter().any(|p| name.starts_with(p)) {
-        Some("ipc")
-    } else if name.starts_with("net.") {
-        Some("net")
-    } else {
-        None
-    }
-}
-
-/// `net/ipv4/conf/eth0.100/forwarding` → `net.ipv4.conf.eth0/100.forwarding` (the kubelet's
-/// slash form: dots and slashes swap roles); dotted names are returned as they are.
-fn dotted(name: &str) -> String {
-    if !name.contains('/') {
-        return name.to_string();
-    }
-    name.chars()
-        .map(|c| match c {
-            '/' => '.',
-            '.' => '/',
-            c => c,
-        })
-        .collect()
-}
-
-/// The pod's sysctls, each checked to be namespaced and in a namespace the pod owns.
+/// The pod's sysctls, each checked to be namespaced and in a namespace the pod owns
+/// (one set of rules for the spec and for pinning: [`crate::sandbox::sysctl::validate`]).
 pub fn sysctls(
     container: &str,
     sandbox: &SandboxContext,
@@ -134,27 +107,13 @@ pub fn sysctls(
     if sandbox.sysctls.is_empty() {
         return Ok(None);
     }
-    let mut out = HashMap::new();
-    for (name, value) in &sandbox.sysctls {
-        let key = dotted(name);
-        let host = match sysctl_namespace(&key) {
-            Some("ipc") => sandbox.host_ipc.then_some("IPC"),
-            Some(_) => sandbox.host_network.then_some("network"),
-            None => {
-                return Err(Error::invalid(format!(
-                    "container {container}: sysctl {name:?} is not namespaced"
-                )))
-            }
-        };
-        if let Some(ns) = host {
-            return Err(Error::invalid(format!(
-                "container {container}: sysctl {name:?} is not allowed with the host {ns} \
-                 namespace"
-            )));
-        }
-        out.insert(key, value.clone());
-    }
-    Ok(Some(out))
+    let checked = crate::sandbox::sysctl::validate(
+        &sandbox.sysctls,
+        !sandbox.host_network,
+        !sandbox.host_ipc,
+    )
+    .map_err(|e| e.context(format!("container {container}")))?;
+    Ok(Some(checked.into_iter().map(|(k, _, v)| (k, v)).collect()))
 }
 
 #[cfg(test)]

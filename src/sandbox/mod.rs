@@ -1,0 +1,338 @@
+//! Pod sandboxes without a pause image: pinned namespaces, a pid holder and the pod's files.
+
+pub mod files;
+pub mod init;
+pub mod pinns;
+mod sys;
+pub mod sysctl;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+use rustix::mount::UnmountFlags;
+
+use crate::error::{Error, ErrorKind, Result, ResultExt};
+
+pub use files::{DnsConfig, PodFiles, PodFilesConfig, DEFAULT_SHM_SIZE};
+
+/// The namespace files under the pin directory.
+const NS_FILES: [&str; 3] = ["net", "ipc", "uts"];
+
+/// Which namespaces a pod gets and how they are set up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceOptions {
+    /// A new network namespace with `lo` up (false: host network).
+    pub net: bool,
+    /// A new IPC namespace (false: host IPC).
+    pub ipc: bool,
+    /// A new UTS namespace (normally follows `net`).
+    pub uts: bool,
+    /// A pod-level pid namespace with `bosun pod-init` as PID 1.
+    pub pid: bool,
+    /// Hostname set in the new UTS namespace (needs `uts`).
+    pub hostname: Option<String>,
+    /// Sysctls, validated by [`sysctl::validate`] (namespaced, in owned namespaces only).
+    pub sysctls: BTreeMap<String, String>,
+    /// The bosun binary to run as `pinns`; `None`: this executable.
+    pub binary: Option<PathBuf>,
+}
+
+/// A pod's pinned namespaces and pid holder.
+///
+/// [`PodNamespaces::create`] runs `bosun pinns` (see [`pinns`]) as a child process (the daemon
+/// never forks) and returns the pinned namespace files and the pid holder (`bosun pod-init`,
+/// PID 1 of the pod's pid namespace, see [`init`]). [`PodNamespaces::open`] finds them again
+/// from the directory alone after a daemon restart; [`PodNamespaces::remove`] is idempotent.
+/// [`PodFiles`] writes `hostname`, `hosts`, `resolv.conf` and mounts the pod's shm tmpfs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodNamespaces {
+    dir: PathBuf,
+    /// The pinned network namespace file.
+    pub net: Option<PathBuf>,
+    /// The pinned IPC namespace file.
+    pub ipc: Option<PathBuf>,
+    /// The pinned UTS namespace file.
+    pub uts: Option<PathBuf>,
+    /// Host pid of the pod's pid namespace holder.
+    pub pid_holder: Option<u32>,
+}
+
+impl PodNamespaces {
+    /// Creates and pins the namespaces under `dir` (created if missing); all or nothing.
+    pub fn create(dir: &Path, opts: &NamespaceOptions) -> Result<PodNamespaces> {
+        let fail = |e: Error| e.context(format!("pod namespaces in {}", dir.display()));
+        sysctl::validate(&opts.sysctls, opts.net, opts.ipc).map_err(fail)?;
+        if let Some(h) = &opts.hostname {
+            validate_hostname(h, opts.uts).map_err(fail)?;
+        }
+        if !dir.is_absolute() {
+            return Err(fail(Error::invalid("the directory must be absolute")));
+        }
+        std::fs::create_dir_all(dir)
+            .ctx(|| "create directory")
+            .map_err(fail)?;
+        let mut cmd = Command::new(
+            opts.binary
+                .as_deref()
+                .unwrap_or(Path::new("/proc/self/exe")),
+        );
+        cmd.arg("pinns").arg("--dir").arg(dir);
+        for (flag, on) in [
+            ("--net", opts.net),
+            ("--ipc", opts.ipc),
+            ("--uts", opts.uts),
+            ("--pid", opts.pid),
+        ] {
+            if on {
+                cmd.arg(flag);
+            }
+        }
+        if let Some(h) = &opts.hostname {
+            cmd.arg("--hostname").arg(h);
+        }
+        for (k, v) in &opts.sysctls {
+            cmd.arg("--sysctl").arg(format!("{k}={v}"));
+        }
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .ctx(|| "run bosun pinns")
+            .map_err(fail)?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || stdout.lines().last() != Some("ok") {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let kind = match out.status.code() {
+                Some(2) => ErrorKind::InvalidArgument,
+                _ => ErrorKind::Internal,
+            };
+            return Err(fail(Error::new(
+                kind,
+                format!("bosun pinns ({}): {}", out.status, stderr.trim()),
+            )));
+        }
+        PodNamespaces::open(dir)
+    }
+
+    /// The namespaces pinned under `dir`, found from the files alone (after a restart).
+    pub fn open(dir: &Path) -> Result<PodNamespaces> {
+        let pinned = |name: &str| {
+            let p = dir.join(name);
+            is_nsfs_mount(&p).then_some(p)
+        };
+        let pid_holder = std::fs::read_to_string(dir.join(pinns::PID_HOLDER_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .filter(|pid| is_our_holder(*pid, dir));
+        Ok(PodNamespaces {
+            dir: dir.to_path_buf(),
+            net: pinned("net"),
+            ipc: pinned("ipc"),
+            uts: pinned("uts"),
+            pid_holder,
+        })
+    }
+
+    /// The pin directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Kills the pid holder, unmounts (detached) and removes the pinned files. Idempotent; the
+    /// directory itself is left to its owner.
+    pub fn remove(&self) -> Result<()> {
+        let fail = |e: Error| e.context(format!("remove pod namespaces in {}", self.dir.display()));
+        let holder_file = self.dir.join(pinns::PID_HOLDER_FILE);
+        let recorded = std::fs::read_to_string(&holder_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        for pid in self.pid_holder.into_iter().chain(recorded) {
+            kill_holder(pid, &self.dir).map_err(fail)?;
+        }
+        remove_file(&holder_file).map_err(fail)?;
+        for name in NS_FILES {
+            let p = self.dir.join(name);
+            unmount_all(&p).map_err(fail)?;
+            remove_file(&p).map_err(fail)?;
+        }
+        Ok(())
+    }
+}
+
+/// RFC 1123 label rules as the kernel and kubelet accept them: at most 64 bytes.
+fn validate_hostname(h: &str, uts: bool) -> Result<()> {
+    if !uts {
+        return Err(Error::invalid("hostname needs a new UTS namespace"));
+    }
+    let ok = !h.is_empty()
+        && h.len() <= 64
+        && h.split('.').all(|l| {
+            !l.is_empty()
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!("hostname {h:?} is not valid")))
+    }
+}
+
+/// Whether `path` is itself the mount point of an nsfs mount (per /proc/self/mountinfo).
+pub fn is_nsfs_mount(path: &Path) -> bool {
+    mount_points()
+        .iter()
+        .any(|(mp, fs)| mp == path && fs == "nsfs")
+}
+
+/// `(mount point, fs type)` of every mount in our mount namespace.
+fn mount_points() -> Vec<(PathBuf, String)> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mp = left.split(' ').nth(4)?;
+            let fs = right.split(' ').next()?;
+            Some((PathBuf::from(unescape(mp)), fs.to_string()))
+        })
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b.get(i + 1..i + 4).and_then(|d| {
+            std::str::from_utf8(d)
+                .ok()
+                .and_then(|d| u8::from_str_radix(d, 8).ok())
+        });
+        match (b[i], oct) {
+            (b'\\', Some(c)) => {
+                out.push(c);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Detaches every mount stacked on `path`; nothing mounted (or no such path) is fine.
+pub(crate) fn unmount_all(path: &Path) -> Result<()> {
+    for _ in 0..16 {
+        if !mount_points().iter().any(|(mp, _)| mp == path) {
+            return Ok(());
+        }
+        match rustix::mount::unmount(path, UnmountFlags::DETACH) {
+            Ok(()) => continue,
+            Err(Errno::INVAL) | Err(Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(Error::from(e).context(format!("unmount {}", path.display()))),
+        }
+    }
+    Err(Error::internal(format!(
+        "unmount {}: still mounted",
+        path.display()
+    )))
+}
+
+/// Removes a file; a missing one is fine.
+pub(crate) fn remove_file(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::from(e).context(format!("remove {}", path.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `pid` is a live `bosun pod-init --dir <dir>` (guards against pid reuse).
+fn is_our_holder(pid: u32, dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let dir = dir.as_os_str().as_encoded_bytes();
+    args.windows(3)
+        .any(|w| w[0] == b"pod-init" && w[1] == b"--dir" && w[2] == dir)
+        && !is_zombie(pid)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// SIGKILLs the holder (which takes its whole pid namespace along) and waits up to 5 s for it.
+fn kill_holder(pid: u32, dir: &Path) -> Result<()> {
+    if !is_our_holder(pid, dir) {
+        return Ok(());
+    }
+    let raw = i32::try_from(pid).map_err(|_| Error::internal(format!("pid {pid} out of range")))?;
+    if let Some(p) = rustix::process::Pid::from_raw(raw) {
+        match rustix::process::kill_process(p, rustix::process::Signal::KILL) {
+            Ok(()) | Err(Errno::SRCH) => {}
+            Err(e) => return Err(Error::from(e).context(format!("kill pid holder {pid}"))),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while is_our_holder(pid, dir) {
+        if Instant::now() > deadline {
+            return Err(Error::internal(format!("pid holder {pid} did not die")));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames() {
+        assert!(validate_hostname("web-0.pod", true).is_ok());
+        for bad in ["", "-a", "a_b", "a..b", &"x".repeat(65)] {
+            assert!(validate_hostname(bad, true).is_err(), "{bad}");
+        }
+        assert!(validate_hostname("a", false).is_err());
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape(r"/a\040b\134c"), "/a b\\c");
+        assert_eq!(unescape(r"/x\0"), r"/x\0");
+    }
+
+    #[test]
+    fn create_refuses_bad_sysctls_before_running_anything() {
+        let opts = NamespaceOptions {
+            net: true,
+            sysctls: [("kernel.panic".to_string(), "1".to_string())].into(),
+            binary: Some(PathBuf::from("/nonexistent/bosun")),
+            ..NamespaceOptions::default()
+        };
+        let err = PodNamespaces::create(Path::new("/nonexistent/dir"), &opts).expect_err("bad");
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("kernel.panic"), "{err}");
+    }
+
+    #[test]
+    fn open_of_an_empty_dir_finds_nothing_and_remove_is_a_no_op() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ns = PodNamespaces::open(dir.path()).expect("open");
+        assert_eq!((ns.net.as_ref(), ns.pid_holder), (None, None));
+        ns.remove().expect("remove");
+        ns.remove().expect("remove twice");
+    }
+}
