@@ -1,0 +1,187 @@
+//! Crash recovery: read every object directory back and reconcile container statuses.
+
+use std::fs;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+use super::id;
+use super::status::{reason_for, ContainerState, ContainerStatus, SandboxStatus};
+use super::store::{Meta, Status, CONTAINERS_DIR, META_FILE, SANDBOXES_DIR, STATUS_FILE};
+pub use crate::monitor::exit_record::ExitRecord;
+
+/// One object read back from disk.
+#[derive(Debug, Clone)]
+pub struct Loaded<M, S> {
+    /// The full id (the directory name).
+    pub id: String,
+    /// The metadata from `meta.json`.
+    pub meta: M,
+    /// The status from `status.json`, or UNKNOWN when missing or corrupt.
+    pub status: S,
+}
+
+/// Everything read back from a root, plus what could not be.
+#[derive(Debug, Clone)]
+pub struct Recovered<SM, CM> {
+    /// Sandboxes, statuses as stored.
+    pub sandboxes: Vec<Loaded<SM, SandboxStatus>>,
+    /// Containers, statuses as stored (reconcile each before adopting).
+    pub containers: Vec<Loaded<CM, ContainerStatus>>,
+    /// One line per directory skipped or repaired.
+    pub problems: Vec<String>,
+}
+
+/// Reads every object under `root`; never panics and never fails as a whole.
+///
+/// Per directory: leftover `.tmp-*` files from an interrupted atomic write are deleted; a
+/// missing `meta.json` means creation never got past its first write, so the directory is
+/// removed; a corrupt `meta.json` is reported and the directory kept for inspection; a missing
+/// or corrupt `status.json` yields an UNKNOWN status.
+pub fn load_all<SM: Meta, CM: Meta>(root: &Path) -> Recovered<SM, CM> {
+    let mut problems = Vec::new();
+    let sandboxes = load_kind(&root.join(SANDBOXES_DIR), "sandbox", &mut problems);
+    let containers = load_kind(&root.join(CONTAINERS_DIR), "container", &mut problems);
+    Recovered {
+        sandboxes,
+        containers,
+        problems,
+    }
+}
+
+fn load_kind<M: Meta, S: Status>(
+    dir: &Path,
+    kind: &str,
+    problems: &mut Vec<String>,
+) -> Vec<Loaded<M, S>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            problems.push(format!("{}: {e}", dir.display()));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for ent in rd.flatten() {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let path = ent.path();
+        if !id::is_valid(&name) || !path.is_dir() {
+            problems.push(format!(
+                "{}: not an object directory, ignored",
+                path.display()
+            ));
+            continue;
+        }
+        remove_temps(&path, problems);
+        let meta = match read_json::<M>(&path.join(META_FILE)) {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                let removed = fs::remove_dir_all(&path)
+                    .map_or_else(|e| format!("remove failed: {e}"), |()| "removed".into());
+                problems.push(format!(
+                    "{kind} {name}: no {META_FILE} (interrupted creation), {removed}"
+                ));
+                continue;
+            }
+            Err(e) => {
+                problems.push(format!("{kind} {name}: {META_FILE}: {e}; skipped"));
+                continue;
+            }
+        };
+        let status = match read_json::<S>(&path.join(STATUS_FILE)) {
+            Ok(Some(s)) => s,
+            Ok(None) => S::unreadable(format!("{STATUS_FILE} missing")),
+            Err(e) => {
+                problems.push(format!("{kind} {name}: {STATUS_FILE}: {e}; state UNKNOWN"));
+                S::unreadable(format!("{STATUS_FILE} unreadable: {e}"))
+            }
+        };
+        out.push(Loaded {
+            id: name,
+            meta,
+            status,
+        });
+    }
+    out
+}
+
+fn remove_temps(dir: &Path, problems: &mut Vec<String>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for ent in rd.flatten() {
+        if ent.file_name().to_string_lossy().starts_with(".tmp-") {
+            if let Err(e) = fs::remove_file(ent.path()) {
+                problems.push(format!("{}: remove temp: {e}", ent.path().display()));
+            }
+        }
+    }
+}
+
+/// Ok(None) when the file is absent; Err(message) when unreadable or not valid JSON.
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Reconciles a stored container status with what the monitor left (first matching row wins):
+///
+/// | stored state        | exit record | monitor | result                                            |
+/// |---------------------|-------------|---------|---------------------------------------------------|
+/// | EXITED              | any         | any     | unchanged (already final)                         |
+/// | RUNNING/CREATED/UNKNOWN | yes     | any     | EXITED with the record's code, finish time, reason |
+/// | RUNNING             | no          | alive   | RUNNING, unchanged                                |
+/// | RUNNING             | no          | dead    | UNKNOWN: "monitor gone without an exit record"    |
+/// | CREATED             | no          | alive   | CREATED, unchanged (caller checks `runc state`)   |
+/// | CREATED             | no          | dead    | UNKNOWN: "monitor gone before start"              |
+/// | UNKNOWN             | no          | any     | unchanged (stays UNKNOWN)                          |
+///
+/// `ExitRecord` is the monitor's own type (`crate::monitor::exit_record`), reused as is.
+pub fn reconcile(
+    status: ContainerStatus,
+    exit_record: Option<ExitRecord>,
+    monitor_alive: bool,
+) -> ContainerStatus {
+    let mut s = status;
+    let state = s.state();
+    if state == ContainerState::Exited {
+        return s;
+    }
+    if let Some(rec) = exit_record {
+        let finished = rec.finished_at_ns.max(1);
+        if s.created_ns <= 0 {
+            s.created_ns = rec.started_at_ns.max(1);
+        }
+        if s.started_ns <= 0 {
+            s.started_ns = rec.started_at_ns.max(1);
+        }
+        if s.pid == 0 {
+            s.pid = u32::try_from(rec.pid).unwrap_or(0);
+        }
+        s.unknown = false;
+        s.finished_ns = finished;
+        s.exit_code = rec.exit_code;
+        s.reason = reason_for(rec.exit_code, rec.oom_killed).to_string();
+        s.message.clear();
+        return s;
+    }
+    match (state, monitor_alive) {
+        (ContainerState::Running, false) => {
+            let msg = format!(
+                "monitor (pid {}) gone without an exit record",
+                s.monitor_pid
+            );
+            s.mark_unknown(msg);
+        }
+        (ContainerState::Created, false) => {
+            let msg = format!("monitor (pid {}) gone before start", s.monitor_pid);
+            s.mark_unknown(msg);
+        }
+        _ => {}
+    }
+    s
+}

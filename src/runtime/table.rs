@@ -1,0 +1,252 @@
+//! One object kind's index: entries with per-entry status locks, lookups, filters, writes.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::id;
+use super::recover::Loaded;
+use super::reserve::{self, Names, Reservation};
+use super::store::{Meta, Status, META_FILE, STATUS_FILE};
+use crate::error::{Error, Result, ResultExt};
+use crate::store::atomic::{sync_dir, write_json};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One object: immutable id and metadata, and its current status.
+#[derive(Debug)]
+pub struct Entry<M, S> {
+    id: String,
+    dir: PathBuf,
+    meta: M,
+    /// The current status; held only to clone or swap.
+    status: Mutex<S>,
+    /// Serialises status writers; held across the write and fsync, never by readers.
+    write: Mutex<()>,
+}
+
+impl<M: Meta, S: Status> Entry<M, S> {
+    /// The full id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The object's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The immutable metadata.
+    pub fn meta(&self) -> &M {
+        &self.meta
+    }
+
+    /// A copy of the current status (cheap; never waits for a disk write).
+    pub fn status(&self) -> S {
+        lock(&self.status).clone()
+    }
+
+    /// Applies `change` to a copy of the status, bumps the version, writes `status.json`
+    /// atomically, and only then publishes the copy. On any error memory is unchanged.
+    pub fn update(&self, change: impl FnOnce(&mut S) -> Result<()>) -> Result<S> {
+        let _writer = lock(&self.write);
+        let mut next = self.status();
+        change(&mut next)?;
+        next.set_version(next.version() + 1);
+        write_json(&self.dir.join(STATUS_FILE), &next)
+            .ctx(|| format!("{}: write status", self.id))?;
+        *lock(&self.status) = next.clone();
+        Ok(next)
+    }
+}
+
+/// List filter; every set field must match (labels: all of them).
+#[derive(Debug, Clone)]
+pub struct Filter<St> {
+    /// Id prefix.
+    pub id_prefix: Option<String>,
+    /// Any of these states (empty = all).
+    pub states: Vec<St>,
+    /// Label selector: each key must be present with this value.
+    pub labels: HashMap<String, String>,
+    /// Owning sandbox id (containers).
+    pub pod_id: Option<String>,
+}
+
+impl<St> Default for Filter<St> {
+    fn default() -> Self {
+        Filter {
+            id_prefix: None,
+            states: Vec::new(),
+            labels: HashMap::new(),
+            pod_id: None,
+        }
+    }
+}
+
+/// The in-memory index of one kind over `<root>/<kind dir>/`.
+#[derive(Debug)]
+pub struct Table<M, S> {
+    kind: &'static str,
+    dir: PathBuf,
+    index: Mutex<HashMap<String, Arc<Entry<M, S>>>>,
+    names: Names,
+}
+
+impl<M: Meta, S: Status> Table<M, S> {
+    pub(crate) fn new(kind: &'static str, dir: PathBuf) -> Self {
+        Table {
+            kind,
+            dir,
+            index: Mutex::new(HashMap::new()),
+            names: Names::default(),
+        }
+    }
+
+    /// Claims `name_key` under a fresh id; AlreadyExists naming the holder while another
+    /// creation is in flight or the object exists. Released on drop unless [`Self::create`]d.
+    pub fn reserve(&self, name_key: &str) -> Result<Reservation> {
+        let mut new = id::new_id();
+        while lock(&self.index).contains_key(&new) {
+            new = id::new_id();
+        }
+        reserve::claim(&self.names, self.kind, name_key, &new)?;
+        Ok(Reservation::new(
+            self.names.clone(),
+            name_key.to_string(),
+            new,
+        ))
+    }
+
+    /// Creates the object: directory, `meta.json` (first: no meta means it never existed),
+    /// then `status.json` at version 1; indexed only when all are on disk.
+    pub fn create(
+        &self,
+        reservation: Reservation,
+        meta: M,
+        mut status: S,
+    ) -> Result<Arc<Entry<M, S>>> {
+        let id = reservation.id().to_string();
+        let dir = self.dir.join(&id);
+        let ctx = || format!("{} {id}: create", self.kind);
+        fs::create_dir(&dir).ctx(ctx)?;
+        status.set_version(1);
+        let written = sync_dir(&self.dir)
+            .and_then(|()| write_json(&dir.join(META_FILE), &meta))
+            .and_then(|()| write_json(&dir.join(STATUS_FILE), &status));
+        if let Err(e) = written {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(e.context(ctx()));
+        }
+        let entry = Arc::new(Entry {
+            id: id.clone(),
+            dir,
+            meta,
+            status: Mutex::new(status),
+            write: Mutex::new(()),
+        });
+        lock(&self.index).insert(id, entry.clone());
+        reservation.commit();
+        Ok(entry)
+    }
+
+    /// Indexes a recovered object and re-claims its name.
+    pub fn adopt(&self, loaded: Loaded<M, S>) -> Result<()> {
+        let name = loaded.meta.name_key();
+        reserve::claim(&self.names, self.kind, &name, &loaded.id)
+            .map_err(|e| e.context(format!("{} {}: recover", self.kind, loaded.id)))?;
+        let entry = Arc::new(Entry {
+            dir: self.dir.join(&loaded.id),
+            id: loaded.id.clone(),
+            meta: loaded.meta,
+            status: Mutex::new(loaded.status),
+            write: Mutex::new(()),
+        });
+        lock(&self.index).insert(loaded.id, entry);
+        Ok(())
+    }
+
+    /// The object with exactly this id, or NotFound.
+    pub fn get(&self, id: &str) -> Result<Arc<Entry<M, S>>> {
+        lock(&self.index)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("{} {id}: not found", self.kind)))
+    }
+
+    /// The object whose id starts with `prefix` (see [`id::resolve`]).
+    pub fn resolve(&self, prefix: &str) -> Result<Arc<Entry<M, S>>> {
+        let index = lock(&self.index);
+        let full = id::resolve(self.kind, prefix, index.keys().map(String::as_str))?;
+        index
+            .get(&full)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("{} {prefix}: not found", self.kind)))
+    }
+
+    /// [`Entry::update`] on the object with exactly this id.
+    pub fn update(&self, id: &str, change: impl FnOnce(&mut S) -> Result<()>) -> Result<S> {
+        self.get(id)?.update(change)
+    }
+
+    /// Deletes the object's directory (meta first, so a crash midway reads as never
+    /// created), then unindexes it and frees its name. Ok(false) if it was not there.
+    pub fn remove(&self, id: &str) -> Result<bool> {
+        let Ok(entry) = self.get(id) else {
+            return Ok(false);
+        };
+        let _writer = lock(&entry.write);
+        let ctx = || format!("{} {id}: remove", self.kind);
+        match fs::remove_file(entry.dir.join(META_FILE)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::from(e).context(ctx()))
+            }
+            _ => {}
+        }
+        sync_dir(&entry.dir).ctx(ctx)?;
+        fs::remove_dir_all(&entry.dir).ctx(ctx)?;
+        sync_dir(&self.dir).ctx(ctx)?;
+        lock(&self.index).remove(id);
+        reserve::release(&self.names, &entry.meta.name_key(), id);
+        Ok(true)
+    }
+
+    /// The objects matching `filter`; holds the index lock only to clone matching Arcs.
+    pub fn list(&self, filter: &Filter<S::State>) -> Vec<Arc<Entry<M, S>>> {
+        let candidates: Vec<_> = lock(&self.index)
+            .values()
+            .filter(|e| matches_meta(e, filter))
+            .cloned()
+            .collect();
+        if filter.states.is_empty() {
+            return candidates;
+        }
+        candidates
+            .into_iter()
+            .filter(|e| filter.states.contains(&lock(&e.status).state()))
+            .collect()
+    }
+
+    /// The number of objects.
+    pub fn len(&self) -> usize {
+        lock(&self.index).len()
+    }
+
+    /// Whether there are no objects.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn matches_meta<M: Meta, S: Status>(e: &Entry<M, S>, f: &Filter<S::State>) -> bool {
+    f.id_prefix.as_deref().is_none_or(|p| e.id.starts_with(p))
+        && f.pod_id
+            .as_deref()
+            .is_none_or(|p| e.meta.pod_id() == Some(p))
+        && f.labels
+            .iter()
+            .all(|(k, v)| e.meta.label(k) == Some(v.as_str()))
+}
