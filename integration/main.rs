@@ -5,6 +5,8 @@ mod images;
 mod images_hostile;
 mod monitor;
 mod oci_spec;
+mod runc;
+mod sandbox;
 mod support;
 
 fn main() {
@@ -15,5 +17,7 @@ fn main() {
     trials.extend(images_hostile::trials());
     trials.extend(monitor::trials());
     trials.extend(oci_spec::trials());
+    trials.extend(runc::trials());
+    trials.extend(sandbox::trials());
     libtest_mimic::run(&args, trials).exit();
 }

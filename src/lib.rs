@@ -10,7 +10,10 @@ pub mod image;
 pub mod monitor;
 pub mod oci;
 pub mod proto;
+pub mod runtime;
+pub mod sandbox;
 pub mod store;
+pub mod sys;
 pub mod version;
 
 pub use error::{Error, ErrorKind, Result};

@@ -9,6 +9,20 @@ fn main() -> std::process::ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("monitor")) {
         std::process::exit(bosun::monitor::main(std::env::args_os().skip(2).collect()));
     }
+    // Sandbox helpers: short-lived, single-threaded children of the daemon (see sandbox/).
+    match std::env::args_os()
+        .nth(1)
+        .as_deref()
+        .and_then(|a| a.to_str())
+    {
+        Some("pinns") => std::process::exit(bosun::sandbox::pinns::main(
+            std::env::args_os().skip(2).collect(),
+        )),
+        Some("pod-init") => std::process::exit(bosun::sandbox::init::main(
+            std::env::args_os().skip(2).collect(),
+        )),
+        _ => {}
+    }
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,4 +1,5 @@
-//! OCI runtime edge: the runtime spec builder (and, later, the runc wrapper).
+//! OCI runtime edge: the runtime spec builder, the runc wrapper ([`OciRuntime`], [`Runc`],
+//! [`FakeRuntime`]) and the monitor launcher ([`launch_monitor`], [`ExitWatcher`]).
 //!
 //! [`build_spec`] turns a CRI container request ([`ContainerRequest`]), its pod
 //! ([`SandboxContext`]), the image config and the mounted rootfs into runc's `config.json`,
@@ -7,23 +8,29 @@
 pub mod caps;
 mod devices;
 pub mod host;
+pub mod launch;
 mod mounts;
 mod namespaces;
 mod process;
 pub mod request;
 mod resources;
+pub mod runc;
+pub mod runtime;
 pub mod seccomp;
 mod security;
 pub mod spec;
 mod user;
 
 pub use host::HostFacts;
+pub use launch::{launch_monitor, ContainerExit, ExitWatcher, Launched, MonitorArgs};
 pub use request::{
     CapabilityEdits, ContainerRequest, DeviceRequest, HugepageLimit, LinuxRequest, MountRequest,
     NamespaceMode, NamespaceOptions, Propagation, Resources, SandboxContext, Security,
     SecurityProfile, SupplementalGroupsPolicy,
 };
 pub use resources::{cgroups_path, CgroupSupport};
+pub use runc::{ExecOutput, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};
+pub use runtime::{FakeLauncher, FakeRuntime, MonitorLauncher, ProcessLauncher};
 pub use security::{DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS};
 pub use spec::{build_spec, SpecOptions, OCI_VERSION};
 pub use user::{resolve_user, ResolvedUser};
