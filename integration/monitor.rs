@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 
-use crate::support::{images_dir, runc_bin, scratch, trial, wait_until, Need};
+use crate::support::{runc_bin, scratch, trial, wait_until, Need};
 
 const NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images];
 
@@ -361,26 +361,6 @@ fn signal(pid: i32, sig: rustix::process::Signal) -> Result<()> {
     Ok(rustix::process::kill_process(pid, sig)?)
 }
 
-/// The busybox image's single layer blob.
-fn busybox_layer() -> Result<PathBuf> {
-    let layout = images_dir().join("busybox");
-    let blob = |digest: &str| {
-        layout
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"))
-    };
-    let read = |p: PathBuf| -> Result<Value> { Ok(serde_json::from_slice(&std::fs::read(p)?)?) };
-    let index = read(layout.join("index.json"))?;
-    let manifest = read(blob(
-        index["manifests"][0]["digest"].as_str().context("index")?,
-    ))?;
-    Ok(blob(
-        manifest["layers"][0]["digest"]
-            .as_str()
-            .context("manifest layers")?,
-    ))
-}
-
 /// A minimal OCI runtime spec: own pid/net/ipc/uts/mount namespaces, cgroup `/bosun-test/<id>`.
 fn spec(args: &[&str], id: &str) -> Value {
     let caps: Vec<String> = "CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD NET_RAW SETGID SETUID SETFCAP \
@@ -437,7 +417,7 @@ impl Fixture {
         std::fs::create_dir(fx.dir.path().join("logs"))?;
         let st = Command::new("tar")
             .arg("-xzf")
-            .arg(busybox_layer()?)
+            .arg(crate::support::busybox_layer()?)
             .arg("-C")
             .arg(fx.bundle().join("rootfs"))
             .status()?;

@@ -12,7 +12,7 @@ use bosun::oci::{
 };
 use serde_json::{json, Value};
 
-use crate::support::{block_on, images_dir, runc_bin, scratch, trial, wait_until, Need};
+use crate::support::{block_on, runc_bin, scratch, trial, wait_until, Need};
 
 const NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images];
 
@@ -232,7 +232,7 @@ impl Fixture {
         std::fs::create_dir(fx.dir.path().join("logs"))?;
         let st = Command::new("tar")
             .arg("-xzf")
-            .arg(busybox_layer()?)
+            .arg(crate::support::busybox_layer()?)
             .arg("-C")
             .arg(&rootfs)
             .status()?;
@@ -350,23 +350,6 @@ impl Drop for Fixture {
             }
         }
     }
-}
-
-/// The busybox image's single layer blob.
-fn busybox_layer() -> Result<PathBuf> {
-    let layout = images_dir().join("busybox");
-    let blob = |digest: &str| {
-        layout
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"))
-    };
-    let read = |p: PathBuf| -> Result<Value> { Ok(serde_json::from_slice(&std::fs::read(p)?)?) };
-    let index = read(layout.join("index.json"))?;
-    let manifest = read(blob(
-        index["manifests"][0]["digest"].as_str().context("index")?,
-    ))?;
-    let layer = manifest["layers"][0]["digest"].as_str().context("layers")?;
-    Ok(blob(layer))
 }
 
 /// A minimal OCI runtime spec: own pid/net/ipc/uts/mount namespaces, cgroup `/bosun-test/<id>`.

@@ -153,3 +153,25 @@ pub fn du(dir: &Path) -> (u64, u64) {
     }
     (bytes, inodes)
 }
+
+/// The busybox test image's single (gzip) layer blob, for tests that build bundles by hand.
+pub fn busybox_layer() -> anyhow::Result<PathBuf> {
+    use anyhow::Context;
+    let layout = images_dir().join("busybox");
+    let blob = |digest: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    };
+    let read = |p: PathBuf| -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::from_slice(&std::fs::read(p)?)?)
+    };
+    let index = read(layout.join("index.json"))?;
+    let manifest = read(blob(
+        index["manifests"][0]["digest"].as_str().context("index")?,
+    ))?;
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .context("manifest layers")?;
+    Ok(blob(layer))
+}
