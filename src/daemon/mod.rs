@@ -25,6 +25,14 @@ pub const MAX_MESSAGE: usize = 64 << 20;
 /// Runs the daemon until SIGTERM or SIGINT; containers (later) are left running on exit.
 pub async fn run(config: Config) -> Result<()> {
     let config = Arc::new(config);
+    // Handlers first: a SIGTERM that arrives once the socket exists must be a clean shutdown,
+    // never the default action.
+    let (mut term, mut int) = (
+        signal(SignalKind::terminate())
+            .map_err(|e| Error::internal(format!("install SIGTERM handler: {e}")))?,
+        signal(SignalKind::interrupt())
+            .map_err(|e| Error::internal(format!("install SIGINT handler: {e}")))?,
+    );
     // The root holds the stores, the state dir volatile runtime state: one daemon for each.
     let _root_lock = lock::StateLock::acquire(&config.root, "root")?;
     let _state_lock = lock::StateLock::acquire(&config.state, "state")?;
@@ -61,7 +69,8 @@ pub async fn run(config: Config) -> Result<()> {
     let mut server = tokio::spawn(server);
     let signalled = tokio::select! {
         served = &mut server => Some(served),
-        _ = wait_for_signal() => None,
+        _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); None }
+        _ = int.recv() => { tracing::info!("SIGINT: shutting down"); None }
     };
     let served = match signalled {
         Some(served) => served,
@@ -90,17 +99,3 @@ pub async fn run(config: Config) -> Result<()> {
 
 /// How long a SIGTERM/SIGINT waits for in-flight calls before the daemon exits regardless.
 pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Resolves on SIGTERM or SIGINT (never, if the handlers cannot be installed).
-async fn wait_for_signal() {
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending::<()>().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
-}
