@@ -137,8 +137,23 @@ fn exec_timeout() -> Result<()> {
         );
         // (The killed background sleep may linger as a zombie of the container's init, which
         // does not reap: that is the container's business, as with any non-reaping init.)
-        let zombies = zombie_children(std::process::id() as i32);
-        ensure!(zombies.is_empty(), "zombies: {zombies:?}");
+        // Only runc zombies are ours to judge (exec spawns runc); tests share this process, so
+        // wait for a sibling's child to be reaped by its owner. A real leak never settles.
+        let me = std::process::id() as i32;
+        let runc_zombies = || {
+            zombie_children(me)
+                .into_iter()
+                .filter(|p| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| c.trim() == "runc")
+                })
+                .collect::<Vec<_>>()
+        };
+        ensure!(
+            wait_until(5, || runc_zombies().is_empty()),
+            "zombies: {:?}",
+            runc_zombies()
+        );
         Ok(())
     })?;
     fx.finish()

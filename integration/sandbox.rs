@@ -161,6 +161,28 @@ fn pinned() -> Result<()> {
     Ok(())
 }
 
+/// Every `sleep` process with its parent pid and NSpid line (for failure messages).
+fn sleeps() -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|p| {
+            let st = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+            st.lines().next()?.ends_with("sleep").then(|| {
+                let pick = |k: &str| {
+                    st.lines()
+                        .find(|l| l.starts_with(k))
+                        .unwrap_or("")
+                        .to_string()
+                };
+                format!("{p}: {} {}", pick("PPid:"), pick("NSpid:"))
+            })
+        })
+        .collect()
+}
+
 /// `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -197,16 +219,24 @@ fn pid_holder() -> Result<()> {
         .find(|l| l.starts_with("NSpid:"))
         .context("NSpid")?;
     ensure!(nspid.split_whitespace().last() == Some("1"), "{nspid}");
-    // An orphan in the pod's pid namespace is adopted (and reaped) by the holder.
+    // An orphan in the pod's pid namespace is adopted (and reaped) by the holder. Its stdio is
+    // detached: `output()` would otherwise wait for it to exit and the adoption would be missed.
     run(Command::new("nsenter")
         .arg(format!("--pid=/proc/{holder}/ns/pid"))
-        .args(["--", "sh", "-c", "sleep 0.3 & exit 0"]))?;
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "sleep 2 </dev/null >/dev/null 2>&1 & exit 0",
+        ]))?;
     ensure!(
         wait_until(5, || !children_of(holder).is_empty()),
-        "the orphan was not adopted"
+        "the orphan was not adopted: holder alive {}, sleeps {:?}",
+        alive(holder),
+        sleeps()
     );
     ensure!(
-        wait_until(5, || children_of(holder).is_empty()),
+        wait_until(10, || children_of(holder).is_empty()),
         "zombie not reaped: {:?}",
         children_of(holder)
     );
