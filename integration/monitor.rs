@@ -361,40 +361,6 @@ fn signal(pid: i32, sig: rustix::process::Signal) -> Result<()> {
     Ok(rustix::process::kill_process(pid, sig)?)
 }
 
-/// A minimal OCI runtime spec: own pid/net/ipc/uts/mount namespaces, cgroup `/bosun-test/<id>`.
-fn spec(args: &[&str], id: &str) -> Value {
-    let caps: Vec<String> = "CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD NET_RAW SETGID SETUID SETFCAP \
-         SETPCAP NET_BIND_SERVICE SYS_CHROOT KILL AUDIT_WRITE"
-        .split_whitespace()
-        .map(|c| format!("CAP_{c}"))
-        .collect();
-    let mount = |dest: &str, typ: &str, opts: &[&str]| json!({"destination": dest, "type": typ, "source": typ, "options": opts});
-    json!({
-        "ociVersion": "1.0.2",
-        "process": {
-            "terminal": false, "user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
-            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
-            "noNewPrivileges": true
-        },
-        "root": {"path": "rootfs"},
-        "hostname": "monitor-test",
-        "mounts": [
-            mount("/proc", "proc", &["nosuid", "noexec", "nodev"]),
-            mount("/dev", "tmpfs", &["nosuid", "strictatime", "mode=755", "size=65536k"]),
-            mount("/dev/pts", "devpts", &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]),
-            mount("/sys", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
-        ],
-        "linux": {
-            "cgroupsPath": format!("/bosun-test/{id}"),
-            "resources": {"devices": [{"allow": false, "access": "rwm"}]},
-            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
-            "maskedPaths": ["/proc/kcore", "/proc/keys", "/sys/firmware"],
-            "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger"]
-        }
-    })
-}
-
 /// One container's scratch dir (bundle, runc root, log, exit file) and its monitor; dropping
 /// it deletes the container, kills a leftover monitor and removes cgroups and files.
 struct Fixture {
@@ -422,7 +388,7 @@ impl Fixture {
             .arg(fx.bundle().join("rootfs"))
             .status()?;
         ensure!(st.success(), "untar busybox: {st}");
-        let mut spec = spec(&["sh", "-c", script], &fx.id);
+        let mut spec = crate::support::minimal_spec(&["sh", "-c", script], &fx.id);
         tweak(&mut spec);
         std::fs::write(
             fx.bundle().join("config.json"),

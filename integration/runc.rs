@@ -10,7 +10,7 @@ use bosun::oci::{
     launch_monitor, ContainerExit, ExecOutput, ExitWatcher, Launched, MonitorArgs, OciRuntime,
     Runc, EXEC_OUTPUT_CAP,
 };
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::support::{block_on, runc_bin, scratch, trial, wait_until, Need};
 
@@ -252,7 +252,7 @@ impl Fixture {
             .arg(&rootfs)
             .status()?;
         ensure!(st.success(), "untar busybox: {st}");
-        let spec = spec(args, &fx.id);
+        let spec = crate::support::minimal_spec(args, &fx.id);
         std::fs::write(fx.bundle().join("config.json"), serde_json::to_vec(&spec)?)?;
         Ok(fx)
     }
@@ -365,34 +365,4 @@ impl Drop for Fixture {
             }
         }
     }
-}
-
-/// A minimal OCI runtime spec: own pid/net/ipc/uts/mount namespaces, cgroup `/bosun-test/<id>`.
-fn spec(args: &[&str], id: &str) -> Value {
-    let caps: Vec<String> = "CHOWN DAC_OVERRIDE FSETID FOWNER SETGID SETUID KILL"
-        .split_whitespace()
-        .map(|c| format!("CAP_{c}"))
-        .collect();
-    let mount = |dest: &str, typ: &str, opts: &[&str]| json!({"destination": dest, "type": typ, "source": typ, "options": opts});
-    json!({
-        "ociVersion": "1.0.2",
-        "process": {
-            "terminal": false, "user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
-            "env": ["PATH=/usr/bin:/bin:/usr/sbin:/sbin"],
-            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
-            "noNewPrivileges": true
-        },
-        "root": {"path": "rootfs"}, "hostname": "runc-test",
-        "mounts": [
-            mount("/proc", "proc", &["nosuid", "noexec", "nodev"]),
-            mount("/dev", "tmpfs", &["nosuid", "strictatime", "mode=755", "size=65536k"]),
-            mount("/sys", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
-        ],
-        "linux": {
-            "cgroupsPath": format!("/bosun-test/{id}"),
-            "resources": {"devices": [{"allow": false, "access": "rwm"}]},
-            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
-            "maskedPaths": ["/proc/kcore", "/proc/keys"], "readonlyPaths": ["/proc/sys"]
-        }
-    })
 }

@@ -175,3 +175,40 @@ pub fn busybox_layer() -> anyhow::Result<PathBuf> {
         .context("manifest layers")?;
     Ok(blob(layer))
 }
+
+/// A minimal hand-written OCI runtime spec (independent of bosun's spec builder, so tests of
+/// the monitor and the runc wrapper do not depend on it): own pid/net/ipc/uts/mount namespaces,
+/// cgroup `/bosun-test/<id>`, busybox rootfs at `rootfs`.
+pub fn minimal_spec(args: &[&str], id: &str) -> serde_json::Value {
+    use serde_json::json;
+    let caps: Vec<String> = "CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD NET_RAW SETGID SETUID SETFCAP \
+         SETPCAP NET_BIND_SERVICE SYS_CHROOT KILL AUDIT_WRITE"
+        .split_whitespace()
+        .map(|c| format!("CAP_{c}"))
+        .collect();
+    let mount = |dest: &str, typ: &str, opts: &[&str]| json!({"destination": dest, "type": typ, "source": typ, "options": opts});
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false, "user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+            "noNewPrivileges": true
+        },
+        "root": {"path": "rootfs"},
+        "hostname": "bosun-test",
+        "mounts": [
+            mount("/proc", "proc", &["nosuid", "noexec", "nodev"]),
+            mount("/dev", "tmpfs", &["nosuid", "strictatime", "mode=755", "size=65536k"]),
+            mount("/dev/pts", "devpts", &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]),
+            mount("/sys", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
+        ],
+        "linux": {
+            "cgroupsPath": format!("/bosun-test/{id}"),
+            "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+            "maskedPaths": ["/proc/kcore", "/proc/keys", "/sys/firmware"],
+            "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger"]
+        }
+    })
+}
