@@ -298,6 +298,37 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// The launcher renders the command line the monitor parses: the two must never drift.
+    #[test]
+    fn argv_round_trips_through_the_monitors_own_parser() {
+        let mut a = MonitorArgs::new(
+            "c0ffee",
+            "/b/bundle",
+            "/usr/sbin/runc",
+            "/r/runc",
+            "/l/0.log",
+            "/e/exit.json",
+        );
+        a.stdin = true;
+        a.tty = true;
+        a.log_max_line = Some(4096);
+        let argv = a.argv();
+        assert_eq!(
+            argv.first().map(|s| s.as_os_str()),
+            Some(std::ffi::OsStr::new("monitor"))
+        );
+        let c = crate::monitor::args::parse(&argv[1..]).expect("the monitor accepts our argv");
+        assert_eq!(c.id, a.id);
+        assert_eq!(c.bundle, a.bundle);
+        assert_eq!(c.runtime, a.runtime);
+        assert_eq!(c.runtime_root, a.runtime_root);
+        assert_eq!(c.log_path, a.log_path);
+        assert_eq!(c.exit_file, a.exit_file);
+        assert_eq!(c.sync_fd, SYNC_FD);
+        assert_eq!((c.stdin, c.stdin_once, c.tty), (true, false, true));
+        assert_eq!(c.log_max_line, 4096);
+    }
+
     /// A stand-in for `bosun` running `body` as a shell script.
     fn program(dir: &Path, body: &str) -> MonitorArgs {
         let path = dir.join("fake-bosun");
