@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 
-use crate::support::{runc_bin, scratch, trial, wait_until, Need};
+use crate::support::{cgroup_dirs, remove_cgroups, runc_bin, scratch, trial, wait_until, Need};
 
 const NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images];
 
@@ -539,13 +539,7 @@ impl Fixture {
     }
 
     fn cgroups(&self) -> Vec<PathBuf> {
-        let Ok(dir) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return Vec::new();
-        };
-        dir.flatten()
-            .map(|c| c.path().join("bosun-test").join(&self.id))
-            .filter(|p| p.exists())
-            .collect()
+        cgroup_dirs(&self.id)
     }
 }
 
@@ -555,14 +549,6 @@ impl Drop for Fixture {
         for pid in monitors_of(&self.id) {
             let _ = signal(pid, rustix::process::Signal::KILL);
         }
-        for dir in self.cgroups() {
-            let _ = std::fs::remove_dir(dir);
-        }
-        // The shared parent goes when the last test using it is done.
-        if let Ok(dir) = std::fs::read_dir("/sys/fs/cgroup") {
-            for c in dir.flatten() {
-                let _ = std::fs::remove_dir(c.path().join("bosun-test"));
-            }
-        }
+        remove_cgroups(&self.id);
     }
 }

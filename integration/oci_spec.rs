@@ -15,11 +15,9 @@ use bosun::oci::{
     SpecOptions,
 };
 
-use crate::support::{images_dir, runc_bin, scratch, trial, wait_until, Need};
+use crate::support::{images_dir, remove_cgroups, runc_bin, scratch, trial, wait_until, Need};
 
 const NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images];
-/// Parent of every test container's cgroup (cgroupfs driver).
-const CGROUP_PARENT: &str = "bosun-test";
 const POD_HOSTNAME: &str = "bosun-pod";
 
 type Test = fn() -> Result<()>;
@@ -152,15 +150,7 @@ impl Drop for ContainerGuard {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return;
-        };
-        for h in hierarchies.flatten() {
-            let parent = h.path().join(CGROUP_PARENT);
-            let _ = std::fs::remove_dir(parent.join(&self.id));
-            // Only succeeds once no other test's container is left under it.
-            let _ = std::fs::remove_dir(parent);
-        }
+        remove_cgroups(&self.id);
     }
 }
 
@@ -248,7 +238,7 @@ fn run(image: &str, req: &ContainerRequest, sandbox: &SandboxContext) -> Result<
     );
     let opts = SpecOptions {
         cgroup_driver: CgroupDriver::Cgroupfs,
-        cgroups_path: format!("/{CGROUP_PARENT}/{id}"),
+        cgroups_path: format!("/{id}"),
         host: HostFacts::detect()?,
     };
     let spec = build_spec(

@@ -12,7 +12,9 @@ use bosun::oci::{
 };
 use serde_json::json;
 
-use crate::support::{block_on, runc_bin, scratch, trial, wait_until, Need};
+use crate::support::{
+    block_on, cgroup_dirs, remove_cgroups, runc_bin, scratch, trial, wait_until, Need,
+};
 
 const NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images];
 
@@ -299,19 +301,7 @@ impl Fixture {
 
     /// The container's cgroup directories (one per v1 controller, or the v2 one).
     fn cgroups(&self) -> Vec<PathBuf> {
-        let Ok(dir) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return Vec::new();
-        };
-        let mut dirs: Vec<PathBuf> = dir
-            .flatten()
-            .map(|c| c.path().join("bosun-test").join(&self.id))
-            .filter(|p| p.is_dir())
-            .collect();
-        let v2 = PathBuf::from("/sys/fs/cgroup/bosun-test").join(&self.id);
-        if v2.is_dir() {
-            dirs.push(v2);
-        }
-        dirs
+        cgroup_dirs(&self.id)
     }
 
     /// `file` of the container's first cgroup directory that has it.
@@ -356,13 +346,6 @@ impl Drop for Fixture {
             let _ = rustix::process::Pid::from_raw(pid)
                 .map(|p| rustix::process::kill_process(p, rustix::process::Signal::KILL));
         }
-        for dir in self.cgroups() {
-            let _ = std::fs::remove_dir(dir);
-        }
-        if let Ok(dir) = std::fs::read_dir("/sys/fs/cgroup") {
-            for c in dir.flatten() {
-                let _ = std::fs::remove_dir(c.path().join("bosun-test"));
-            }
-        }
+        remove_cgroups(&self.id);
     }
 }

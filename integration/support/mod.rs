@@ -178,7 +178,8 @@ pub fn busybox_layer() -> anyhow::Result<PathBuf> {
 
 /// A minimal hand-written OCI runtime spec (independent of bosun's spec builder, so tests of
 /// the monitor and the runc wrapper do not depend on it): own pid/net/ipc/uts/mount namespaces,
-/// cgroup `/bosun-test/<id>`, busybox rootfs at `rootfs`.
+/// cgroup `/<id>` (its own top-level cgroup: a shared parent
+/// removed by one test while another creates a child under it races), busybox rootfs at `rootfs`.
 pub fn minimal_spec(args: &[&str], id: &str) -> serde_json::Value {
     use serde_json::json;
     let caps: Vec<String> = "CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD NET_RAW SETGID SETUID SETFCAP \
@@ -204,11 +205,30 @@ pub fn minimal_spec(args: &[&str], id: &str) -> serde_json::Value {
             mount("/sys", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
         ],
         "linux": {
-            "cgroupsPath": format!("/bosun-test/{id}"),
+            "cgroupsPath": format!("/{id}"),
             "resources": {"devices": [{"allow": false, "access": "rwm"}]},
             "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
             "maskedPaths": ["/proc/kcore", "/proc/keys", "/sys/firmware"],
             "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger"]
         }
     })
+}
+
+/// The cgroup directories of a test container whose cgroups path is `/<id>`: one per v1
+/// hierarchy, or the v2 one.
+pub fn cgroup_dirs(id: &str) -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let mut dirs: Vec<_> = std::fs::read_dir(root)
+        .map(|rd| rd.flatten().map(|h| h.path().join(id)).collect())
+        .unwrap_or_default();
+    dirs.push(root.join(id));
+    dirs.retain(|p| p.is_dir());
+    dirs
+}
+
+/// Removes the (empty) cgroup directories of a test container; errors are ignored.
+pub fn remove_cgroups(id: &str) {
+    for dir in cgroup_dirs(id) {
+        let _ = std::fs::remove_dir(dir);
+    }
 }
