@@ -74,6 +74,8 @@ pub struct ContainerStatus {
     pub removing: bool,
     /// The state could not be determined.
     pub unknown: bool,
+    /// Resources set by UpdateContainerResources (`None`: those of the create request).
+    pub resources: Option<crate::oci::Resources>,
 }
 
 fn precondition(what: &str, state: impl std::fmt::Debug) -> Error {
