@@ -115,6 +115,17 @@ impl Meta for SandboxMeta {
     }
 }
 
+/// One CreateContainer request, reduced to the domain (`cri/` converts the proto into it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewContainer {
+    /// ContainerMetadata.attempt.
+    pub attempt: u32,
+    /// ContainerConfig.log_path, relative to the sandbox's log directory (may be empty).
+    pub log_path: String,
+    /// The container's configuration (name and image required).
+    pub request: ContainerRequest,
+}
+
 /// `meta.json` of a container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

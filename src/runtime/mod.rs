@@ -17,8 +17,8 @@ mod status_tests;
 mod store_tests;
 
 pub use meta::{
-    ContainerEntry, ContainerMeta, Dns, PodName, PortMapping, SandboxEntry, SandboxMeta,
-    SandboxRequest,
+    ContainerEntry, ContainerMeta, Dns, NewContainer, PodName, PortMapping, SandboxEntry,
+    SandboxMeta, SandboxRequest,
 };
 pub use recover::{load_all, reconcile, Loaded, Recovered};
 pub use reserve::Reservation;

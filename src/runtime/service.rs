@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::meta::{ContainerEntry, SandboxEntry, SandboxRequest};
+use super::meta::{ContainerEntry, NewContainer, SandboxEntry, SandboxRequest};
 use super::status::{ContainerState, SandboxState};
 use super::table::Filter;
 use crate::error::Result;
-use crate::oci::{ContainerRequest, ExecOutput, Resources};
+use crate::oci::{ExecOutput, Resources};
 
 /// Sandboxes and containers on runc.
 pub struct Runtime {}
@@ -37,10 +37,9 @@ impl Runtime {
     pub async fn create_container(
         self: &Arc<Self>,
         sandbox_id: &str,
-        attempt: u32,
-        req: ContainerRequest,
+        new: NewContainer,
     ) -> Result<String> {
-        todo!("{sandbox_id} {attempt} {req:?}")
+        todo!("{sandbox_id} {new:?}")
     }
     /// StartContainer.
     pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
@@ -66,7 +65,8 @@ impl Runtime {
     pub async fn update_container(self: &Arc<Self>, id: &str, resources: Resources) -> Result<()> {
         todo!("{id} {resources:?}")
     }
-    /// ExecSync: `timeout` None means none.
+    /// ExecSync: `timeout` None means none; a timeout is Err(DeadlineExceeded) once the process
+    /// is killed and reaped; a non-zero exit is a normal result.
     pub async fn exec_sync(
         self: &Arc<Self>,
         id: &str,
