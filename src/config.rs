@@ -73,6 +73,10 @@ pub struct Config {
     pub log_level: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Size in bytes of each pod's shared `/dev/shm` tmpfs.
+    pub shm_size: u64,
+    /// cgroup parent of containers whose pod names none (cgroupfs path or systemd slice).
+    pub default_cgroup_parent: String,
     /// Image store limits.
     pub image: ImageConfig,
     /// Registry hosts: mirrors, plain HTTP, CA files.
@@ -89,6 +93,8 @@ impl Default for Config {
             cgroup_driver: CgroupDriver::default(),
             log_level: "info".to_string(),
             log_format: LogFormat::default(),
+            shm_size: crate::sandbox::DEFAULT_SHM_SIZE,
+            default_cgroup_parent: "/bosun".to_string(),
             image: ImageConfig::default(),
             registry: Default::default(),
         }

@@ -37,7 +37,10 @@ pub async fn run(config: Config) -> Result<()> {
     let _root_lock = lock::StateLock::acquire(&config.root, "root")?;
     let _state_lock = lock::StateLock::acquire(&config.state, "state")?;
     let images = Images::open(&config)?;
-    // Content a crash left outside any image (a pull or GC cut short) is collected now.
+    // Recovery before serving: every sandbox and container is back before the socket exists.
+    let runtime = crate::runtime::Runtime::open(config.clone(), images.clone()).await?;
+    // Content a crash left outside any image (a pull or GC cut short) is collected now; held
+    // container layers are leased and survive it.
     images.spawn_gc(None);
     let listener = socket::bind(&config.socket)?;
     tracing::info!(
@@ -45,6 +48,8 @@ pub async fn run(config: Config) -> Result<()> {
         root = %config.root.display(),
         version = %crate::version::long(),
         images = images.list().len(),
+        sandboxes = runtime.list_sandboxes(&Default::default()).len(),
+        containers = runtime.list_containers(&Default::default()).len(),
         "bosun serving"
     );
 

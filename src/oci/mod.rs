@@ -13,7 +13,7 @@ mod mounts;
 mod namespaces;
 mod process;
 pub mod request;
-mod resources;
+pub mod resources;
 pub mod runc;
 pub mod runtime;
 pub mod seccomp;

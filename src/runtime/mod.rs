@@ -1,11 +1,19 @@
 //! Runtime domain: sandboxes and containers on runc, their on-disk state and crash recovery.
 
+mod containers;
+mod handle;
 pub mod id;
 pub mod meta;
+pub mod paths;
 pub mod recover;
 pub mod reserve;
+mod restore;
+pub mod rootfs;
+mod sandboxes;
 pub mod service;
+pub mod signal;
 pub mod status;
+mod stop;
 pub mod store;
 pub mod table;
 

@@ -1,78 +1,166 @@
 //! The runtime service: the domain API `cri/` (and later `pod/`) calls for sandboxes and containers.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::meta::{ContainerEntry, NewContainer, SandboxEntry, SandboxRequest};
+use super::handle::Handle;
+use super::meta::{ContainerEntry, ContainerMeta, SandboxEntry, SandboxMeta};
+use super::paths::Layout;
 use super::status::{ContainerState, SandboxState};
+use super::store::StateDir;
 use super::table::Filter;
-use crate::error::Result;
-use crate::oci::{ExecOutput, Resources};
+use crate::config::Config;
+use crate::error::{Error, Result, ResultExt};
+use crate::image::service::Images;
+use crate::oci::{HostFacts, MonitorLauncher, OciRuntime, ProcessLauncher, Runc};
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Sandboxes and containers on runc.
-pub struct Runtime {}
+///
+/// Locks: the tables' index locks are short; each container has a lifecycle lock
+/// ([`Handle::lifecycle`]) and each sandbox an RwLock (containers are created under a read
+/// lock, the sandbox is stopped and removed under the write lock). No lock is held while
+/// waiting for a container to exit.
+pub struct Runtime {
+    pub(super) config: Arc<Config>,
+    pub(super) images: Arc<Images>,
+    pub(super) state: StateDir<SandboxMeta, ContainerMeta>,
+    pub(super) layout: Layout,
+    pub(super) runc: Arc<dyn OciRuntime>,
+    pub(super) launcher: Arc<dyn MonitorLauncher>,
+    pub(super) host: HostFacts,
+    /// The bosun binary run as `pinns` and `monitor`; `None`: this executable.
+    pub(super) binary: Option<PathBuf>,
+    handles: Mutex<HashMap<String, Arc<Handle>>>,
+    sandbox_locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
+}
 
 impl Runtime {
-    /// RunPodSandbox: returns the new sandbox id.
-    pub async fn run_sandbox(self: &Arc<Self>, req: SandboxRequest) -> Result<String> {
-        todo!("{req:?}")
+    /// Opens the runtime on the config's root and state dirs with runc and real monitors, and
+    /// recovers every sandbox and container before returning (DESIGN rule 7).
+    pub async fn open(config: Arc<Config>, images: Arc<Images>) -> Result<Arc<Runtime>> {
+        let layout = Layout::new(&config.root, &config.state);
+        let runc_root = layout.runc_root();
+        std::fs::create_dir_all(&runc_root).ctx(|| format!("create {}", runc_root.display()))?;
+        let mut runc = Runc::new(&config.runtime, runc_root);
+        runc.tmp_dir = config.state.join("tmp");
+        std::fs::create_dir_all(&runc.tmp_dir)
+            .ctx(|| format!("create {}", runc.tmp_dir.display()))?;
+        let host = HostFacts::detect()?;
+        let rt = Self::with_parts(
+            config,
+            images,
+            Arc::new(runc),
+            Arc::new(ProcessLauncher),
+            host,
+        )?;
+        rt.recover().await;
+        Ok(rt)
     }
-    /// StopPodSandbox: idempotent, unknown ids succeed.
-    pub async fn stop_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
-        todo!("{id}")
+
+    /// A runtime over explicit OS edges (fakes in unit tests); nothing is recovered.
+    pub fn with_parts(
+        config: Arc<Config>,
+        images: Arc<Images>,
+        runc: Arc<dyn OciRuntime>,
+        launcher: Arc<dyn MonitorLauncher>,
+        host: HostFacts,
+    ) -> Result<Arc<Runtime>> {
+        let layout = Layout::new(&config.root, &config.state);
+        for dir in [
+            layout.volatile.join("sandboxes"),
+            layout.volatile.join("containers"),
+        ] {
+            std::fs::create_dir_all(&dir).ctx(|| format!("create {}", dir.display()))?;
+        }
+        let state = StateDir::open(&layout.durable)?;
+        Ok(Arc::new(Runtime {
+            config,
+            images,
+            state,
+            layout,
+            runc,
+            launcher,
+            host,
+            binary: None,
+            handles: Mutex::new(HashMap::new()),
+            sandbox_locks: Mutex::new(HashMap::new()),
+        }))
     }
-    /// RemovePodSandbox: idempotent, unknown ids succeed.
-    pub async fn remove_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
-        todo!("{id}")
-    }
+
     /// PodSandboxStatus: the sandbox with this id (or unique prefix); NotFound otherwise.
     pub fn sandbox(&self, id: &str) -> Result<Arc<SandboxEntry>> {
-        todo!("{id}")
+        self.state.sandboxes.resolve(id)
     }
+
     /// ListPodSandbox.
     pub fn list_sandboxes(&self, filter: &Filter<SandboxState>) -> Vec<Arc<SandboxEntry>> {
-        todo!("{filter:?}")
+        self.state.sandboxes.list(filter)
     }
-    /// CreateContainer in `sandbox_id`: returns the new container id.
-    pub async fn create_container(
-        self: &Arc<Self>,
-        sandbox_id: &str,
-        new: NewContainer,
-    ) -> Result<String> {
-        todo!("{sandbox_id} {new:?}")
-    }
-    /// StartContainer.
-    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
-        todo!("{id}")
-    }
-    /// StopContainer with a grace period in seconds (`<= 0`: SIGKILL at once); idempotent.
-    pub async fn stop_container(self: &Arc<Self>, id: &str, timeout_secs: i64) -> Result<()> {
-        todo!("{id} {timeout_secs}")
-    }
-    /// RemoveContainer: idempotent.
-    pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
-        todo!("{id}")
-    }
+
     /// ContainerStatus: the container with this id (or unique prefix); NotFound otherwise.
     pub fn container(&self, id: &str) -> Result<Arc<ContainerEntry>> {
-        todo!("{id}")
+        self.state.containers.resolve(id)
     }
+
     /// ListContainers.
     pub fn list_containers(&self, filter: &Filter<ContainerState>) -> Vec<Arc<ContainerEntry>> {
-        todo!("{filter:?}")
+        self.state.containers.list(filter)
     }
-    /// UpdateContainerResources.
-    pub async fn update_container(self: &Arc<Self>, id: &str, resources: Resources) -> Result<()> {
-        todo!("{id} {resources:?}")
+
+    /// The handle of container `id` (created on first use).
+    pub(super) fn handle(&self, id: &str) -> Arc<Handle> {
+        lock(&self.handles)
+            .entry(id.to_string())
+            .or_insert_with(Handle::new)
+            .clone()
     }
-    /// ExecSync: `timeout` None means none; a timeout is Err(DeadlineExceeded) once the process
-    /// is killed and reaped; a non-zero exit is a normal result.
-    pub async fn exec_sync(
-        self: &Arc<Self>,
-        id: &str,
-        cmd: Vec<String>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecOutput> {
-        todo!("{id} {cmd:?} {timeout:?}")
+
+    /// Forgets container `id`'s handle.
+    pub(super) fn drop_handle(&self, id: &str) {
+        lock(&self.handles).remove(id);
     }
+
+    /// The lock of sandbox `id` (created on first use).
+    pub(super) fn sandbox_lock(&self, id: &str) -> Arc<tokio::sync::RwLock<()>> {
+        lock(&self.sandbox_locks)
+            .entry(id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets sandbox `id`'s lock.
+    pub(super) fn drop_sandbox_lock(&self, id: &str) {
+        lock(&self.sandbox_locks).remove(id);
+    }
+
+    /// Resolves a container id prefix; Ok(None) when no container matches (idempotent calls).
+    pub(super) fn find_container(&self, id: &str) -> Result<Option<Arc<ContainerEntry>>> {
+        match self.state.containers.resolve(id) {
+            Ok(e) => Ok(Some(e)),
+            Err(e) if e.kind() == crate::error::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Resolves a sandbox id prefix; Ok(None) when no sandbox matches (idempotent calls).
+    pub(super) fn find_sandbox(&self, id: &str) -> Result<Option<Arc<SandboxEntry>>> {
+        match self.state.sandboxes.resolve(id) {
+            Ok(e) => Ok(Some(e)),
+            Err(e) if e.kind() == crate::error::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// An error for an id that must not be empty.
+pub(super) fn require_id(kind: &str, id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid(format!("{kind} id is required")));
+    }
+    Ok(())
 }

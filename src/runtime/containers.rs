@@ -1,0 +1,466 @@
+//! CreateContainer, StartContainer, RemoveContainer, UpdateContainerResources and ExecSync.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::meta::{ContainerMeta, NewContainer, SandboxEntry};
+use super::paths;
+use super::rootfs;
+use super::service::{require_id, Runtime};
+use super::signal;
+use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
+use crate::error::{Error, ErrorKind, Result, ResultExt};
+use crate::image::index::ImageRecord;
+use crate::oci::{
+    build_spec, cgroups_path, ExecOutput, MonitorArgs, Resources, SandboxContext, SpecOptions,
+    EXEC_OUTPUT_CAP,
+};
+use crate::store::atomic::write_atomic;
+
+impl Runtime {
+    /// CreateContainer in sandbox `sandbox_id`: resolves the image, mounts the rootfs, writes
+    /// the bundle and has a monitor `runc create` it. All or nothing; returns the new id.
+    pub async fn create_container(
+        self: &Arc<Self>,
+        sandbox_id: &str,
+        new: NewContainer,
+    ) -> Result<String> {
+        require_id("sandbox", sandbox_id)?;
+        let name = new.request.name.clone();
+        if name.is_empty() {
+            return Err(Error::invalid(
+                "container config: metadata.name is required",
+            ));
+        }
+        let sandbox = self.sandbox(sandbox_id)?;
+        let lock = self.sandbox_lock(sandbox.id());
+        let _guard = lock.read().await;
+        let st = sandbox.status().state();
+        if st != SandboxState::Ready {
+            return Err(Error::precondition(format!(
+                "sandbox {}: is {st:?}, containers need a ready sandbox",
+                sandbox.id()
+            )));
+        }
+        let image = self
+            .images
+            .lookup(&new.request.image)
+            .ok_or_else(|| Error::not_found(format!("image {:?}: not found", new.request.image)))?;
+        let pod_key = sandbox.meta().request.pod.key();
+        let reservation = self
+            .state
+            .containers
+            .reserve(&format!("{name}_{pod_key}_{}", new.attempt))?;
+        let id = reservation.id().to_string();
+        let meta = self.container_meta(&sandbox, &image, &id, new)?;
+        // The lease is taken under the image service's busy guard so a concurrent GC cannot
+        // collect the layers between the lookup and the hold.
+        {
+            let _busy = self.images.busy().await;
+            let chain: Vec<_> = image.chain_ids().cloned().collect();
+            if chain.iter().any(|c| !self.images.snapshots().exists(c)) {
+                return Err(Error::not_found(format!(
+                    "image {:?}: layers are gone (removed meanwhile)",
+                    meta.request.image
+                )));
+            }
+            self.images.leases().hold(&id, &chain)?;
+        }
+        let entry = match self.state.containers.create(
+            reservation,
+            meta,
+            ContainerStatus::created(now_ns()),
+        ) {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = self.images.leases().release(&id);
+                return Err(e);
+            }
+        };
+        let handle = self.handle(&id);
+        let _life = handle.lifecycle.lock().await;
+        match self.build_container(&sandbox, &image, entry.meta()).await {
+            Ok(launched) => {
+                let r = entry.update(|s| {
+                    s.pid = launched.init_pid.max(0) as u32;
+                    s.monitor_pid = launched.monitor_pid.max(0) as u32;
+                    Ok(())
+                });
+                self.watch_exit(&id, launched.monitor_pid);
+                if let Err(e) = r {
+                    drop(_life);
+                    let _ = self.remove_container(&id).await;
+                    return Err(e);
+                }
+                tracing::info!(container = %id, name = %name, sandbox = %sandbox.id(), "container created");
+                Ok(id)
+            }
+            Err(e) => {
+                drop(_life);
+                self.discard_container(&id).await;
+                self.drop_handle(&id);
+                Err(e.context(format!("container {id} ({name})")))
+            }
+        }
+    }
+
+    /// The metadata of a new container (paths, image facts, cgroups path).
+    fn container_meta(
+        &self,
+        sandbox: &SandboxEntry,
+        image: &ImageRecord,
+        id: &str,
+        new: NewContainer,
+    ) -> Result<ContainerMeta> {
+        let sb = sandbox.meta();
+        let log_path = match (sb.request.log_directory.as_str(), new.log_path.as_str()) {
+            (_, "") => String::new(),
+            ("", p) if Path::new(p).is_absolute() => p.to_string(),
+            ("", p) => return Err(Error::invalid(format!(
+                "container config: log_path {p:?} is relative and the sandbox has no log_directory"
+            ))),
+            (dir, p) => Path::new(dir).join(p).to_string_lossy().into_owned(),
+        };
+        let image_stop_signal = match image.config.config.stop_signal.as_deref() {
+            Some(s) if !s.is_empty() => Some(
+                signal::parse(s)
+                    .map_err(|e| e.context(format!("image {}: STOPSIGNAL", image.id)))?,
+            ),
+            _ => None,
+        };
+        let parent = if sb.request.cgroup_parent.is_empty() {
+            self.config.default_cgroup_parent.as_str()
+        } else {
+            sb.request.cgroup_parent.as_str()
+        };
+        let snapshots = self.images.snapshots();
+        let mut lower_dirs: Vec<PathBuf> =
+            image.chain_ids().map(|c| snapshots.fs_path(c)).collect();
+        lower_dirs.reverse();
+        Ok(ContainerMeta {
+            sandbox_id: sandbox.id().to_string(),
+            pod_key: sb.request.pod.key(),
+            attempt: new.attempt,
+            image_id: image.id.to_string(),
+            image_ref: image
+                .repo_digests
+                .first()
+                .cloned()
+                .unwrap_or_else(|| image.id.to_string()),
+            image_stop_signal,
+            log_path,
+            cgroups_path: cgroups_path(self.config.cgroup_driver, parent, id),
+            lower_dirs,
+            state_dir: self.layout.container_dir(id),
+            request: new.request,
+        })
+    }
+
+    /// Rootfs, bundle, monitor: the steps of a creation that touch the OS.
+    async fn build_container(
+        self: &Arc<Self>,
+        sandbox: &SandboxEntry,
+        image: &ImageRecord,
+        meta: &ContainerMeta,
+    ) -> Result<crate::oci::Launched> {
+        let id = meta
+            .state_dir
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let bundle = paths::bundle(&meta.state_dir);
+        let rootfs = paths::rootfs(&meta.state_dir);
+        let rw = self.layout.rw_dir(&id);
+        let ctx = self.sandbox_context(sandbox, meta)?;
+        let (lower, rootfs2) = (meta.lower_dirs.clone(), rootfs.clone());
+        let run_config = image.config.config.clone();
+        let opts = SpecOptions {
+            cgroup_driver: self.config.cgroup_driver,
+            cgroups_path: meta.cgroups_path.clone(),
+            host: self.host.clone(),
+        };
+        let request = meta.request.clone();
+        let bundle2 = bundle.clone();
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            std::fs::create_dir_all(&bundle2).ctx(|| format!("create {}", bundle2.display()))?;
+            rootfs::mount(&lower, &rw, &rootfs2)?;
+            let spec = build_spec(&request, &ctx, &run_config, &rootfs2, &opts)?;
+            let json = serde_json::to_vec_pretty(&spec)
+                .map_err(|e| Error::internal(format!("encode config.json: {e}")))?;
+            write_atomic(&bundle2.join("config.json"), &json)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("create task: {e}")))??;
+        let log_path = if meta.log_path.is_empty() {
+            PathBuf::from("/dev/null")
+        } else {
+            let p = PathBuf::from(&meta.log_path);
+            if let Some(dir) = p.parent() {
+                std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+            }
+            p
+        };
+        let mut args = MonitorArgs::new(
+            &id,
+            &bundle,
+            &self.config.runtime,
+            self.layout.runc_root(),
+            log_path,
+            paths::exit_file(&meta.state_dir),
+        );
+        args.program = self.binary.clone();
+        args.stdin = meta.request.stdin;
+        args.stdin_once = meta.request.stdin_once;
+        args.tty = meta.request.tty;
+        self.launcher.launch(&args).await
+    }
+
+    /// What the spec needs from the sandbox, including the pid-Target container's init.
+    fn sandbox_context(
+        &self,
+        sandbox: &SandboxEntry,
+        meta: &ContainerMeta,
+    ) -> Result<SandboxContext> {
+        use crate::oci::NamespaceMode;
+        let sb = sandbox.meta();
+        let dir = &sb.state_dir;
+        let ns = paths::ns_dir(dir);
+        let exists = |p: PathBuf| p.exists().then_some(p);
+        let host_network = sb.request.network == NamespaceMode::Node;
+        let host_ipc = sb.request.ipc == NamespaceMode::Node;
+        let target_pid = match meta.request.linux.security.namespaces.pid {
+            NamespaceMode::Target => {
+                let target = &meta.request.linux.security.namespaces.target_id;
+                let t = self.container(target).map_err(|_| {
+                    Error::not_found(format!(
+                        "pid namespace target container {target:?}: not found"
+                    ))
+                })?;
+                if t.status().state() != ContainerState::Running {
+                    return Err(Error::precondition(format!(
+                        "pid namespace target container {target}: is not running"
+                    )));
+                }
+                Some(t.status().pid)
+            }
+            _ => None,
+        };
+        Ok(SandboxContext {
+            id: sandbox.id().to_string(),
+            hostname: sb.hostname.clone(),
+            net_ns: if host_network {
+                None
+            } else {
+                exists(ns.join("net"))
+            },
+            ipc_ns: if host_ipc {
+                None
+            } else {
+                exists(ns.join("ipc"))
+            },
+            uts_ns: if host_network {
+                None
+            } else {
+                exists(ns.join("uts"))
+            },
+            pid_ns_holder: match sandbox.status().pid {
+                0 => None,
+                pid => Some(pid),
+            },
+            target_pid,
+            hosts_path: exists(dir.join("hosts")),
+            hostname_path: exists(dir.join("hostname")),
+            resolv_conf_path: exists(dir.join("resolv.conf")),
+            shm_path: if host_ipc {
+                None
+            } else {
+                exists(dir.join("shm"))
+            },
+            cgroup_parent: sb.request.cgroup_parent.clone(),
+            sysctls: sb.request.sysctls.clone(),
+            host_network,
+            host_ipc,
+            host_pid: sb.request.pid == NamespaceMode::Node,
+            privileged: sb.request.privileged,
+        })
+    }
+
+    /// StartContainer: `runc start`; a failure leaves the container EXITED with reason
+    /// StartError and runc's message, and is returned.
+    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
+        require_id("container", id)?;
+        let entry = self.container(id)?;
+        let id = entry.id().to_string();
+        let handle = self.handle(&id);
+        let _life = handle.lifecycle.lock().await;
+        let st = entry.status();
+        if st.state() != ContainerState::Created || st.removing {
+            return Err(Error::precondition(format!(
+                "container {id}: start: container is {:?}",
+                st.state()
+            )));
+        }
+        match self.runc.start(&id).await {
+            Ok(()) => {
+                entry.update(|s| s.start(now_ns(), st.pid))?;
+                handle.set_init(st.pid);
+                tracing::info!(container = %id, pid = st.pid, "container started");
+                Ok(())
+            }
+            Err(e) => {
+                let msg = e.message().to_string();
+                let _ = entry.update(|s| s.fail_start(now_ns(), msg.clone()));
+                // The init may still sit in runc create: kill it so the monitor ends.
+                let _ = self.runc.delete(&id, true).await;
+                Err(e.with_kind(ErrorKind::Internal))
+            }
+        }
+    }
+
+    /// RemoveContainer: kills it if running, then removes the runc state, the rootfs mount,
+    /// the bundle, the writable layer and the record. The log file stays (it is the
+    /// kubelet's). Idempotent; unknown ids succeed.
+    pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
+        require_id("container", id)?;
+        let Some(entry) = self.find_container(id)? else {
+            return Ok(());
+        };
+        let id = entry.id().to_string();
+        let handle = self.handle(&id);
+        if matches!(
+            entry.status().state(),
+            ContainerState::Running | ContainerState::Unknown
+        ) {
+            self.stop_container(&id, 0).await?;
+        }
+        if !handle.is_exited() {
+            // CREATED: the init waits inside `runc create`; deleting it ends the monitor.
+            let _ = self.runc.delete(&id, true).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), handle.exited()).await;
+        }
+        let _life = handle.lifecycle.lock().await;
+        if entry.status().removing {
+            // A concurrent remove got here first and finished.
+            if self.find_container(&id)?.is_none() {
+                return Ok(());
+            }
+        } else {
+            entry.update(|s| s.set_removing())?;
+        }
+        self.discard_container(&id).await;
+        self.drop_handle(&id);
+        tracing::info!(container = %id, "container removed");
+        Ok(())
+    }
+
+    /// Removes everything of container `id` that exists (idempotent, best effort for the OS
+    /// pieces, errors logged); the record goes last.
+    pub(super) async fn discard_container(&self, id: &str) {
+        if let Err(e) = self.runc.delete(id, true).await {
+            tracing::debug!(container = %id, "runc delete: {e}");
+        }
+        let dir = self.layout.container_dir(id);
+        let rootfs = paths::rootfs(&dir);
+        let rw = self.layout.rw_dir(id);
+        let cleanup = tokio::task::spawn_blocking(move || -> Result<()> {
+            rootfs::unmount(&rootfs)?;
+            for d in [&dir, &rw] {
+                match std::fs::remove_dir_all(d) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Error::internal(format!("remove {}: {e}", d.display())))
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+        .await;
+        match cleanup {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(container = %id, "cleanup: {e}"),
+            Err(e) => tracing::warn!(container = %id, "cleanup task: {e}"),
+        }
+        if let Err(e) = self.images.leases().release(id) {
+            tracing::warn!(container = %id, "release image lease: {e}");
+        }
+        if let Err(e) = self.state.containers.remove(id) {
+            tracing::warn!(container = %id, "remove record: {e}");
+        }
+    }
+
+    /// UpdateContainerResources: applies the limits with `runc update` (running or created
+    /// containers) and records them for ContainerStatus.
+    pub async fn update_container(self: &Arc<Self>, id: &str, resources: Resources) -> Result<()> {
+        require_id("container", id)?;
+        let entry = self.container(id)?;
+        let id = entry.id().to_string();
+        let handle = self.handle(&id);
+        let _life = handle.lifecycle.lock().await;
+        let st = entry.status().state();
+        if !matches!(st, ContainerState::Created | ContainerState::Running) {
+            return Err(Error::precondition(format!(
+                "container {id}: update resources: container is {st:?}"
+            )));
+        }
+        let mut linux = oci_spec::runtime::LinuxResources::default();
+        crate::oci::resources::apply(&id, &resources, self.host.cgroup_support(), &mut linux)?;
+        let json = serde_json::to_value(&linux)
+            .map_err(|e| Error::internal(format!("container {id}: encode resources: {e}")))?;
+        self.runc.update(&id, &json).await?;
+        entry.update(|s| {
+            s.resources = Some(resources);
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// ExecSync: runs `cmd` in the running container with its process settings; output capped
+    /// at 16 MiB per stream; a timeout kills and reaps the process and is DeadlineExceeded.
+    pub async fn exec_sync(
+        self: &Arc<Self>,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Option<Duration>,
+    ) -> Result<ExecOutput> {
+        require_id("container", id)?;
+        if cmd.is_empty() {
+            return Err(Error::invalid("exec: cmd is required"));
+        }
+        let entry = self.container(id)?;
+        let id = entry.id().to_string();
+        let st = entry.status().state();
+        if st != ContainerState::Running {
+            return Err(Error::precondition(format!(
+                "container {id}: exec: container is {st:?}"
+            )));
+        }
+        let config = paths::bundle(&entry.meta().state_dir).join("config.json");
+        let spec = tokio::fs::read(&config)
+            .await
+            .ctx(|| format!("container {id}: read {}", config.display()))?;
+        let spec: oci_spec::runtime::Spec = serde_json::from_slice(&spec)
+            .map_err(|e| Error::internal(format!("container {id}: {}: {e}", config.display())))?;
+        let mut process = spec
+            .process()
+            .clone()
+            .ok_or_else(|| Error::internal(format!("container {id}: spec has no process")))?;
+        process.set_args(Some(cmd));
+        process.set_terminal(Some(false));
+        process.set_console_size(None);
+        let out = self
+            .runc
+            .exec(&id, &process, timeout, EXEC_OUTPUT_CAP)
+            .await?;
+        if out.timed_out {
+            return Err(Error::new(
+                ErrorKind::DeadlineExceeded,
+                format!(
+                    "container {id}: exec timed out after {}s (process killed)",
+                    timeout.map_or(0, |t| t.as_secs())
+                ),
+            ));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,104 @@
+//! Recovery at start: read every sandbox and container back, reconcile with the monitors, re-adopt them.
+
+use std::sync::Arc;
+
+use super::meta::{ContainerMeta, SandboxMeta};
+use super::paths;
+use super::recover::{load_all, reconcile, Recovered};
+use super::service::Runtime;
+use super::status::{now_ns, ContainerState, SandboxState};
+use crate::oci::launch::read_exit;
+use crate::oci::ContainerExit;
+use crate::sandbox::PodNamespaces;
+
+/// Whether `pid` is the monitor of container `id` (a recycled pid is not).
+fn monitor_alive(pid: u32, id: &str) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let needle = format!("\0monitor\0--id\0{id}\0");
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+}
+
+impl Runtime {
+    /// Reads the state dir back before serving (DESIGN rule 7): containers whose monitor wrote
+    /// an exit record while the daemon was down become EXITED with the real code and time;
+    /// live monitors are watched again; a container whose monitor is gone without a record is
+    /// UNKNOWN; a READY sandbox whose namespaces are gone (a reboot) becomes NOTREADY.
+    /// Problems are logged, never fatal.
+    pub(super) async fn recover(self: &Arc<Self>) {
+        let mut recovered: Recovered<SandboxMeta, ContainerMeta> = load_all(&self.layout.durable);
+        for c in &mut recovered.containers {
+            let dir = &c.meta.state_dir;
+            let record = match read_exit(&paths::exit_file(dir)) {
+                ContainerExit::Recorded(r) => Some(r),
+                ContainerExit::Unknown(_) => None,
+            };
+            let alive = monitor_alive(c.status.monitor_pid, &c.id);
+            c.status = reconcile(c.status.clone(), record, alive);
+        }
+        let problems = self.state.adopt(recovered);
+        for p in &problems {
+            tracing::warn!("recovery: {p}");
+        }
+        // Persist what reconciliation changed, watch live monitors, clean up exited ones.
+        for entry in self.state.containers.list(&Default::default()) {
+            let id = entry.id().to_string();
+            let status = entry.status();
+            if let Err(e) = entry.update(|s| {
+                *s = status.clone();
+                Ok(())
+            }) {
+                tracing::warn!(container = %id, "recovery: write status: {e}");
+            }
+            let handle = self.handle(&id);
+            let alive = monitor_alive(status.monitor_pid, &id);
+            match status.state() {
+                ContainerState::Running | ContainerState::Created if alive => {
+                    if status.state() == ContainerState::Running {
+                        handle.set_init(status.pid);
+                    }
+                    self.watch_exit(&id, status.monitor_pid as i32);
+                }
+                _ => {
+                    handle.set_exited();
+                    if let Err(e) = self.runc.delete(&id, true).await {
+                        tracing::debug!(container = %id, "recovery: runc delete: {e}");
+                    }
+                }
+            }
+        }
+        for entry in self.state.sandboxes.list(&Default::default()) {
+            let id = entry.id().to_string();
+            let meta = entry.meta();
+            let state = entry.status().state();
+            if state == SandboxState::NotReady {
+                continue;
+            }
+            let ns = PodNamespaces::open(&paths::ns_dir(&meta.state_dir));
+            let own_net = meta.request.network != crate::oci::NamespaceMode::Node;
+            let intact = ns.is_ok_and(|ns| !own_net || ns.net.is_some());
+            if state != SandboxState::Ready || !intact {
+                let why = if intact {
+                    "set-up interrupted by a daemon crash"
+                } else {
+                    "namespaces are gone (node rebooted?)"
+                };
+                tracing::warn!(sandbox = %id, "recovery: {why}: marking it stopped");
+                if let Err(e) = entry.update(|s| {
+                    s.message = why.to_string();
+                    s.stop(now_ns())
+                }) {
+                    tracing::warn!(sandbox = %id, "recovery: {e}");
+                }
+            }
+        }
+        tracing::info!(
+            sandboxes = self.state.sandboxes.len(),
+            containers = self.state.containers.len(),
+            problems = problems.len(),
+            "runtime state recovered"
+        );
+    }
+}

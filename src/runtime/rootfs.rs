@@ -1,0 +1,125 @@
+//! A container's root filesystem: an overlay of the image's layer snapshots and a private writable layer.
+
+use std::path::{Path, PathBuf};
+
+use rustix::mount::{MountFlags, UnmountFlags};
+
+use crate::error::{Error, Result, ResultExt};
+
+/// The kernel's limit on mount data (one page).
+const MAX_MOUNT_DATA: usize = 4095;
+
+/// Mounts `lower` (top layer first) with `rw/upper` and `rw/work` at `target`; creates the
+/// directories. Idempotent: an existing overlay at `target` is kept.
+pub fn mount(lower: &[PathBuf], rw: &Path, target: &Path) -> Result<()> {
+    if lower.is_empty() {
+        return Err(Error::invalid("rootfs: the image has no layers"));
+    }
+    let upper = rw.join("upper");
+    let work = rw.join("work");
+    for dir in [&upper, &work, &target.to_path_buf()] {
+        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+    }
+    if is_mounted(target) {
+        return Ok(());
+    }
+    let lowers: Vec<String> = lower.iter().map(|p| escape(&p.to_string_lossy())).collect();
+    let data = format!(
+        "lowerdir={},upperdir={},workdir={},index=off",
+        lowers.join(":"),
+        escape(&upper.to_string_lossy()),
+        escape(&work.to_string_lossy())
+    );
+    if data.len() > MAX_MOUNT_DATA {
+        return Err(Error::invalid(format!(
+            "rootfs: {} layers make {} bytes of overlay options (the kernel takes {MAX_MOUNT_DATA})",
+            lower.len(),
+            data.len()
+        )));
+    }
+    let data = std::ffi::CString::new(data)
+        .map_err(|_| Error::invalid("rootfs: a layer path contains a NUL byte"))?;
+    rustix::mount::mount(
+        "overlay",
+        target,
+        "overlay",
+        MountFlags::empty(),
+        data.as_c_str(),
+    )
+    .map_err(|e| Error::internal(format!("mount overlay at {}: {e}", target.display())))
+}
+
+/// Unmounts `target` (every stacked mount, detached if busy); fine when nothing is mounted.
+pub fn unmount(target: &Path) -> Result<()> {
+    for _ in 0..16 {
+        match rustix::mount::unmount(target, UnmountFlags::empty()) {
+            Ok(()) => continue,
+            Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(rustix::io::Errno::BUSY) => {
+                rustix::mount::unmount(target, UnmountFlags::DETACH)
+                    .map_err(|e| Error::internal(format!("unmount {}: {e}", target.display())))?;
+            }
+            Err(e) => {
+                return Err(Error::internal(format!(
+                    "unmount {}: {e}",
+                    target.display()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `target` is a mount point (per /proc/self/mountinfo).
+pub fn is_mounted(target: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = target.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mp| unescape_mountinfo(mp) == want)
+}
+
+/// Overlay option values escape `,` `:` and `\` with a backslash.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, ',' | ':' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_values_are_escaped() {
+        assert_eq!(escape("/a,b:c\\d"), "/a\\,b\\:c\\\\d");
+        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+    }
+
+    #[test]
+    fn no_layers_and_too_many_layers_are_refused() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let e = mount(&[], dir.path(), &dir.path().join("t")).expect_err("empty");
+        assert!(e.message().contains("no layers"), "{e}");
+        let long: Vec<PathBuf> = (0..200)
+            .map(|i| dir.path().join(format!("layer-{i:03}-{}", "x".repeat(40))))
+            .collect();
+        let e = mount(&long, dir.path(), &dir.path().join("t")).expect_err("long");
+        assert!(e.message().contains("200 layers"), "{e}");
+    }
+}

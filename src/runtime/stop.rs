@@ -1,0 +1,187 @@
+//! StopContainer (signal, deadline that only shortens, SIGKILL of every process) and exit handling.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::handle::StopRequest;
+use super::paths;
+use super::service::{require_id, Runtime};
+use super::status::{now_ns, reason_for, ContainerState, EXIT_CODE_UNKNOWN, REASON_UNKNOWN};
+use crate::error::Result;
+use crate::oci::ContainerExit;
+
+impl Runtime {
+    /// StopContainer: the stop signal (CRI stop_signal, else the image's STOPSIGNAL, else
+    /// SIGTERM), then SIGKILL of every process at `now + timeout_secs` (`<= 0`: at once), then
+    /// the wait for the exit. The stop runs in its own task: a caller that goes away does not
+    /// cut the grace short. A concurrent stop only moves the deadline earlier. Idempotent;
+    /// stopping a stopped or unknown container succeeds.
+    pub async fn stop_container(self: &Arc<Self>, id: &str, timeout_secs: i64) -> Result<()> {
+        require_id("container", id)?;
+        let Some(entry) = self.find_container(id)? else {
+            return Ok(());
+        };
+        let id = entry.id().to_string();
+        let state = entry.status().state();
+        if !matches!(state, ContainerState::Running | ContainerState::Unknown) {
+            return Ok(());
+        }
+        let handle = self.handle(&id);
+        if handle.is_exited() {
+            if state == ContainerState::Unknown {
+                // Nothing is left to signal (its monitor is gone): the stop makes it EXITED.
+                entry.update(|s| {
+                    s.exit(now_ns(), EXIT_CODE_UNKNOWN, false)?;
+                    s.reason = REASON_UNKNOWN.to_string();
+                    Ok(())
+                })?;
+            }
+            return Ok(());
+        }
+        let grace = Duration::from_secs(timeout_secs.max(0).unsigned_abs());
+        let deadline = Instant::now() + grace;
+        if let StopRequest::Start(deadline_rx) = handle.request_stop(deadline) {
+            let rt = self.clone();
+            let signal = entry.meta().stop_signal();
+            let kill_now = timeout_secs <= 0;
+            let cid = id.clone();
+            tokio::spawn(async move {
+                rt.run_stop(&cid, signal, kill_now, deadline_rx).await;
+            });
+        }
+        handle.exited().await;
+        Ok(())
+    }
+
+    /// The stop task: first signal, then follow the (only shortening) deadline, then KILL.
+    async fn run_stop(
+        self: Arc<Self>,
+        id: &str,
+        signal: i32,
+        kill_now: bool,
+        mut deadline: tokio::sync::watch::Receiver<Instant>,
+    ) {
+        let handle = self.handle(id);
+        if !kill_now {
+            tracing::debug!(container = %id, signal, "stop: sending the stop signal");
+            if !handle.signal_init(signal) {
+                if let Err(e) = self.runc.kill(id, signal, false).await {
+                    tracing::debug!(container = %id, "stop signal: {e}");
+                }
+            }
+            loop {
+                let at = *deadline.borrow_and_update();
+                tokio::select! {
+                    _ = handle.exited() => {
+                        handle.stop_done();
+                        return;
+                    }
+                    _ = tokio::time::sleep_until(at) => break,
+                    changed = deadline.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let late = Instant::now().saturating_duration_since(*deadline.borrow());
+        tracing::debug!(container = %id, late_us = late.as_micros() as u64, "stop: SIGKILL");
+        self.kill_all(id).await;
+        handle.exited().await;
+        handle.stop_done();
+    }
+
+    /// SIGKILL to the init at once (pidfd), then to every process of the container (`runc
+    /// kill --all`), for processes outside the init's pid namespace (shared pod pid namespace).
+    pub(super) async fn kill_all(&self, id: &str) {
+        let handle = self.handle(id);
+        handle.signal_init(libc::SIGKILL);
+        if let Err(e) = self.runc.kill(id, libc::SIGKILL, true).await {
+            tracing::debug!(container = %id, "runc kill --all: {e}");
+        }
+    }
+
+    /// Watches container `id`'s monitor and records the exit when it comes (also for
+    /// monitors re-adopted after a restart).
+    pub(super) fn watch_exit(self: &Arc<Self>, id: &str, monitor_pid: i32) {
+        let rt = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            let Ok(entry) = rt.state.containers.get(&id) else {
+                return;
+            };
+            let exit_file = paths::exit_file(&entry.meta().state_dir);
+            let exit = rt.launcher.wait_exit(&id, monitor_pid, &exit_file).await;
+            rt.record_exit(&id, exit).await;
+        });
+    }
+
+    /// Writes the exit into the status, cleans up the runc state (and with it the cgroup, and
+    /// any process left in a shared pid namespace) and publishes it.
+    pub(super) async fn record_exit(&self, id: &str, exit: ContainerExit) {
+        let handle = self.handle(id);
+        {
+            let _life = handle.lifecycle.lock().await;
+            if let Ok(entry) = self.state.containers.get(id) {
+                let result = entry.update(|s| {
+                    match (&exit, s.state()) {
+                        (_, ContainerState::Exited) => {}
+                        (ContainerExit::Recorded(r), _) => {
+                            let at = r.finished_at_ns.max(1);
+                            if s.started_ns <= 0 && s.state() != ContainerState::Created {
+                                s.started_ns = r.started_at_ns.max(1);
+                            }
+                            s.unknown = false;
+                            s.finished_ns = at;
+                            s.exit_code = r.exit_code;
+                            s.reason = reason_for(r.exit_code, r.oom_killed).to_string();
+                            if s.created_ns <= 0 {
+                                s.created_ns = at;
+                            }
+                        }
+                        (ContainerExit::Unknown(why), _) => s.mark_unknown(why.clone()),
+                    }
+                    s.message = match &exit {
+                        ContainerExit::Unknown(why) => why.clone(),
+                        ContainerExit::Recorded(_) => termination_message(&entry.meta().request)
+                            .unwrap_or_else(|| s.message.clone()),
+                    };
+                    Ok(())
+                });
+                match result {
+                    Ok(s) => tracing::info!(
+                        container = %id, exit_code = s.exit_code, reason = %s.reason, "container exited"
+                    ),
+                    Err(e) => tracing::error!(container = %id, "record exit: {e}"),
+                }
+            }
+        }
+        if let Err(e) = self.runc.delete(id, true).await {
+            tracing::debug!(container = %id, "runc delete after exit: {e}");
+        }
+        handle.set_exited();
+    }
+}
+
+/// The annotation naming the container's termination message file (set by the kubelet).
+const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+/// The kubelet's limit on a termination message.
+const TERMINATION_MESSAGE_MAX: u64 = 4096;
+
+/// The termination message the container wrote, read from the host side of the mount at the
+/// path the kubelet's annotation names; `None` when there is none.
+fn termination_message(req: &crate::oci::ContainerRequest) -> Option<String> {
+    use std::io::Read;
+    let path = req.annotations.get(TERMINATION_MESSAGE_PATH)?;
+    let mount = req.mounts.iter().find(|m| &m.container_path == path)?;
+    let file = std::fs::File::open(&mount.host_path).ok()?;
+    let mut buf = Vec::new();
+    file.take(TERMINATION_MESSAGE_MAX)
+        .read_to_end(&mut buf)
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    (!text.is_empty()).then_some(text)
+}
