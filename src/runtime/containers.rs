@@ -117,9 +117,11 @@ impl Runtime {
         let log_path = match (sb.request.log_directory.as_str(), new.log_path.as_str()) {
             (_, "") => String::new(),
             ("", p) if Path::new(p).is_absolute() => p.to_string(),
-            ("", p) => return Err(Error::invalid(format!(
+            ("", p) => {
+                return Err(Error::invalid(format!(
                 "container config: log_path {p:?} is relative and the sandbox has no log_directory"
-            ))),
+            )))
+            }
             (dir, p) => Path::new(dir).join(p).to_string_lossy().into_owned(),
         };
         let image_stop_signal = match image.config.config.stop_signal.as_deref() {

@@ -22,6 +22,8 @@ mod recover_tests;
 #[cfg(test)]
 mod status_tests;
 #[cfg(test)]
+mod stop_tests;
+#[cfg(test)]
 mod store_tests;
 
 pub use meta::{
