@@ -1,4 +1,4 @@
-//! CRI RuntimeService: Version, Status and RuntimeConfig; pod and container RPCs arrive with later issues.
+//! CRI RuntimeService: sandbox and container RPCs translated to `runtime::Runtime`; streaming, stats and events later.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -7,23 +7,26 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::config::{CgroupDriver, Config};
-use crate::cri::status::unimplemented;
+use crate::cri::convert::{container, exec, filter, resources, sandbox, status as st};
+use crate::cri::status::{reply, unimplemented};
 use crate::proto::runtime::v1 as pb;
+use crate::runtime::Runtime;
 use crate::version;
 use pb::runtime_service_server::RuntimeService;
 
 /// A server stream type for RPCs that are not served yet.
 type Unimplemented<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
 
-/// The CRI RuntimeService.
+/// The CRI RuntimeService over the runtime domain.
 pub struct CriRuntime {
     config: Arc<Config>,
+    runtime: Arc<Runtime>,
 }
 
 impl CriRuntime {
-    /// Serves the runtime with `config`.
-    pub fn new(config: Arc<Config>) -> Self {
-        CriRuntime { config }
+    /// Serves `runtime` with `config`.
+    pub fn new(config: Arc<Config>, runtime: Arc<Runtime>) -> Self {
+        CriRuntime { config, runtime }
     }
 
     /// RuntimeReady and NetworkReady, as the kubelet requires both to be present.
@@ -101,37 +104,72 @@ impl RuntimeService for CriRuntime {
 
     async fn run_pod_sandbox(
         &self,
-        _req: Request<pb::RunPodSandboxRequest>,
+        req: Request<pb::RunPodSandboxRequest>,
     ) -> Result<Response<pb::RunPodSandboxResponse>, Status> {
-        Err(unimplemented("RunPodSandbox"))
+        let req = req.into_inner();
+        let r = async {
+            let new = sandbox::sandbox_request(req.config, &req.runtime_handler)?;
+            let pod_sandbox_id = self.runtime.run_sandbox(new).await?;
+            Ok(pb::RunPodSandboxResponse { pod_sandbox_id })
+        };
+        reply("RunPodSandbox", r.await)
     }
 
     async fn stop_pod_sandbox(
         &self,
-        _req: Request<pb::StopPodSandboxRequest>,
+        req: Request<pb::StopPodSandboxRequest>,
     ) -> Result<Response<pb::StopPodSandboxResponse>, Status> {
-        Err(unimplemented("StopPodSandbox"))
+        let id = req.into_inner().pod_sandbox_id;
+        let r = self.runtime.stop_sandbox(&id).await;
+        reply("StopPodSandbox", r.map(|()| pb::StopPodSandboxResponse {}))
     }
 
     async fn remove_pod_sandbox(
         &self,
-        _req: Request<pb::RemovePodSandboxRequest>,
+        req: Request<pb::RemovePodSandboxRequest>,
     ) -> Result<Response<pb::RemovePodSandboxResponse>, Status> {
-        Err(unimplemented("RemovePodSandbox"))
+        let id = req.into_inner().pod_sandbox_id;
+        let r = self.runtime.remove_sandbox(&id).await;
+        reply(
+            "RemovePodSandbox",
+            r.map(|()| pb::RemovePodSandboxResponse {}),
+        )
     }
 
     async fn pod_sandbox_status(
         &self,
-        _req: Request<pb::PodSandboxStatusRequest>,
+        req: Request<pb::PodSandboxStatusRequest>,
     ) -> Result<Response<pb::PodSandboxStatusResponse>, Status> {
-        Err(unimplemented("PodSandboxStatus"))
+        let req = req.into_inner();
+        let r = self.runtime.sandbox(&req.pod_sandbox_id).map(|e| {
+            let (meta, status) = (e.meta(), e.status());
+            pb::PodSandboxStatusResponse {
+                status: Some(st::sandbox_status(e.id(), meta, &status)),
+                info: if req.verbose {
+                    st::sandbox_info(e.id(), meta, &status)
+                } else {
+                    HashMap::new()
+                },
+                ..Default::default()
+            }
+        });
+        reply("PodSandboxStatus", r)
     }
 
     async fn list_pod_sandbox(
         &self,
-        _req: Request<pb::ListPodSandboxRequest>,
+        req: Request<pb::ListPodSandboxRequest>,
     ) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
-        Err(unimplemented("ListPodSandbox"))
+        let r = filter::sandbox_filter(req.into_inner().filter).map(|f| {
+            let items = self.runtime.list_sandboxes(&f);
+            pb::ListPodSandboxResponse {
+                items: items
+                    .iter()
+                    .map(|e| st::sandbox_item(e.id(), e.meta(), &e.status()))
+                    .collect(),
+            }
+        });
+        reply("ListPodSandbox", r)
     }
 
     type StreamPodSandboxesStream = Unimplemented<pb::StreamPodSandboxesResponse>;
@@ -145,37 +183,75 @@ impl RuntimeService for CriRuntime {
 
     async fn create_container(
         &self,
-        _req: Request<pb::CreateContainerRequest>,
+        req: Request<pb::CreateContainerRequest>,
     ) -> Result<Response<pb::CreateContainerResponse>, Status> {
-        Err(unimplemented("CreateContainer"))
+        let req = req.into_inner();
+        let r = async {
+            let new = container::new_container(req.config)?;
+            let container_id = self
+                .runtime
+                .create_container(&req.pod_sandbox_id, new)
+                .await?;
+            Ok(pb::CreateContainerResponse { container_id })
+        };
+        reply("CreateContainer", r.await)
     }
 
     async fn start_container(
         &self,
-        _req: Request<pb::StartContainerRequest>,
+        req: Request<pb::StartContainerRequest>,
     ) -> Result<Response<pb::StartContainerResponse>, Status> {
-        Err(unimplemented("StartContainer"))
+        let id = req.into_inner().container_id;
+        let r = self.runtime.start_container(&id).await;
+        reply("StartContainer", r.map(|()| pb::StartContainerResponse {}))
     }
 
     async fn stop_container(
         &self,
-        _req: Request<pb::StopContainerRequest>,
+        req: Request<pb::StopContainerRequest>,
     ) -> Result<Response<pb::StopContainerResponse>, Status> {
-        Err(unimplemented("StopContainer"))
+        let req = req.into_inner();
+        let r = self
+            .runtime
+            .stop_container(&req.container_id, req.timeout)
+            .await;
+        reply("StopContainer", r.map(|()| pb::StopContainerResponse {}))
     }
 
     async fn remove_container(
         &self,
-        _req: Request<pb::RemoveContainerRequest>,
+        req: Request<pb::RemoveContainerRequest>,
     ) -> Result<Response<pb::RemoveContainerResponse>, Status> {
-        Err(unimplemented("RemoveContainer"))
+        let id = req.into_inner().container_id;
+        let r = self.runtime.remove_container(&id).await;
+        reply(
+            "RemoveContainer",
+            r.map(|()| pb::RemoveContainerResponse {}),
+        )
     }
 
     async fn list_containers(
         &self,
-        _req: Request<pb::ListContainersRequest>,
+        req: Request<pb::ListContainersRequest>,
     ) -> Result<Response<pb::ListContainersResponse>, Status> {
-        Err(unimplemented("ListContainers"))
+        let r = filter::container_filter(req.into_inner().filter).map(|mut f| {
+            // A sandbox id prefix is resolved to the full id, as containerd does.
+            if let Some(full) = f
+                .pod_id
+                .as_deref()
+                .and_then(|p| self.runtime.sandbox(p).ok())
+            {
+                f.pod_id = Some(full.id().to_string());
+            }
+            let items = self.runtime.list_containers(&f);
+            pb::ListContainersResponse {
+                containers: items
+                    .iter()
+                    .map(|e| st::container_item(e.id(), e.meta(), &e.status()))
+                    .collect(),
+            }
+        });
+        reply("ListContainers", r)
     }
 
     type StreamContainersStream = Unimplemented<pb::StreamContainersResponse>;
@@ -189,16 +265,36 @@ impl RuntimeService for CriRuntime {
 
     async fn container_status(
         &self,
-        _req: Request<pb::ContainerStatusRequest>,
+        req: Request<pb::ContainerStatusRequest>,
     ) -> Result<Response<pb::ContainerStatusResponse>, Status> {
-        Err(unimplemented("ContainerStatus"))
+        let req = req.into_inner();
+        let r = self.runtime.container(&req.container_id).map(|e| {
+            let (meta, status) = (e.meta(), e.status());
+            pb::ContainerStatusResponse {
+                status: Some(st::container_status(e.id(), meta, &status)),
+                info: if req.verbose {
+                    st::container_info(e.id(), meta, &status)
+                } else {
+                    HashMap::new()
+                },
+            }
+        });
+        reply("ContainerStatus", r)
     }
 
     async fn update_container_resources(
         &self,
-        _req: Request<pb::UpdateContainerResourcesRequest>,
+        req: Request<pb::UpdateContainerResourcesRequest>,
     ) -> Result<Response<pb::UpdateContainerResourcesResponse>, Status> {
-        Err(unimplemented("UpdateContainerResources"))
+        let req = req.into_inner();
+        let r = async {
+            let resources = resources::update_resources(req.linux)?;
+            self.runtime
+                .update_container(&req.container_id, resources)
+                .await?;
+            Ok(pb::UpdateContainerResourcesResponse {})
+        };
+        reply("UpdateContainerResources", r.await)
     }
 
     async fn reopen_container_log(
@@ -210,9 +306,18 @@ impl RuntimeService for CriRuntime {
 
     async fn exec_sync(
         &self,
-        _req: Request<pb::ExecSyncRequest>,
+        req: Request<pb::ExecSyncRequest>,
     ) -> Result<Response<pb::ExecSyncResponse>, Status> {
-        Err(unimplemented("ExecSync"))
+        let req = req.into_inner();
+        let r = async {
+            let (cmd, timeout) = exec::exec_args(req.cmd, req.timeout)?;
+            let out = self
+                .runtime
+                .exec_sync(&req.container_id, cmd, timeout)
+                .await?;
+            Ok(exec::exec_response(out))
+        };
+        reply("ExecSync", r.await)
     }
 
     async fn exec(
@@ -333,5 +438,91 @@ impl RuntimeService for CriRuntime {
         _req: Request<pb::UpdatePodSandboxResourcesRequest>,
     ) -> Result<Response<pb::UpdatePodSandboxResourcesResponse>, Status> {
         Err(unimplemented("UpdatePodSandboxResources"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::*;
+    use crate::image::service::Images;
+    use crate::oci::{FakeLauncher, FakeRuntime, HostFacts};
+
+    fn service() -> (tempfile::TempDir, CriRuntime) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let config = Arc::new(Config {
+            root: dir.path().join("root"),
+            state: dir.path().join("state"),
+            ..Config::default()
+        });
+        let images = Images::open(&config).expect("images");
+        let runtime = Runtime::with_parts(
+            config.clone(),
+            images,
+            Arc::new(FakeRuntime::new()),
+            Arc::new(FakeLauncher::default()),
+            HostFacts::default(),
+        )
+        .expect("runtime");
+        (dir, CriRuntime::new(config, runtime))
+    }
+
+    fn assert_code<T: std::fmt::Debug>(r: Result<T, Status>, code: Code, needle: &str) {
+        let s = r.expect_err("an error status");
+        assert_eq!(s.code(), code, "{s:?}");
+        assert!(
+            s.message().contains(needle),
+            "{s:?} does not mention {needle:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_requests_are_invalid_argument() {
+        let (_dir, cri) = service();
+        let r = cri.run_pod_sandbox(Request::new(pb::RunPodSandboxRequest::default()));
+        assert_code(r.await, Code::InvalidArgument, "sandbox config is required");
+        let r = cri.create_container(Request::new(pb::CreateContainerRequest {
+            pod_sandbox_id: "sb".into(),
+            config: Some(pb::ContainerConfig::default()),
+            sandbox_config: None,
+        }));
+        assert_code(r.await, Code::InvalidArgument, "metadata is required");
+        let r = cri.exec_sync(Request::new(pb::ExecSyncRequest {
+            container_id: "c".into(),
+            ..Default::default()
+        }));
+        assert_code(r.await, Code::InvalidArgument, "cmd is required");
+        let r = cri.update_container_resources(Request::new(pb::UpdateContainerResourcesRequest {
+            container_id: "c".into(),
+            ..Default::default()
+        }));
+        assert_code(r.await, Code::InvalidArgument, "linux resources");
+        let r = cri.list_containers(Request::new(pb::ListContainersRequest {
+            filter: Some(pb::ContainerFilter {
+                state: Some(pb::ContainerStateValue { state: 9 }),
+                ..Default::default()
+            }),
+        }));
+        assert_code(r.await, Code::InvalidArgument, "state");
+    }
+
+    #[tokio::test]
+    async fn unknown_ids_are_not_found_and_lists_start_empty() {
+        let (_dir, cri) = service();
+        let r = cri.container_status(Request::new(pb::ContainerStatusRequest {
+            container_id: "feed".into(),
+            verbose: true,
+        }));
+        assert_code(r.await, Code::NotFound, "feed");
+        let r = cri.pod_sandbox_status(Request::new(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: "beef".into(),
+            verbose: false,
+        }));
+        assert_code(r.await, Code::NotFound, "beef");
+        let r = cri.list_pod_sandbox(Request::new(pb::ListPodSandboxRequest::default()));
+        assert!(r.await.expect("list").into_inner().items.is_empty());
+        let r = cri.list_containers(Request::new(pb::ListContainersRequest::default()));
+        assert!(r.await.expect("list").into_inner().containers.is_empty());
     }
 }

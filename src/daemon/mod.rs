@@ -58,7 +58,7 @@ pub async fn run(config: Config) -> Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
         .add_service(
-            RuntimeServiceServer::new(CriRuntime::new(config.clone()))
+            RuntimeServiceServer::new(CriRuntime::new(config.clone(), runtime.clone()))
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
         )

@@ -1,0 +1,176 @@
+//! Domain → proto answers: sandbox and container statuses, list items, states, verbose info.
+
+use std::collections::HashMap;
+
+use super::container::mount_to_proto;
+use super::resources::resources_to_proto;
+use super::sandbox::{namespace_mode_to_proto, pod_metadata, unsorted};
+use super::signal::stop_signal_to_proto;
+use crate::proto::runtime::v1 as pb;
+use crate::runtime::{
+    ContainerMeta, ContainerState, ContainerStatus, SandboxMeta, SandboxState, SandboxStatus,
+};
+
+/// SANDBOX_READY only for Ready; every other state is NOTREADY.
+pub fn sandbox_state_to_proto(state: SandboxState) -> pb::PodSandboxState {
+    if state.is_ready() {
+        pb::PodSandboxState::SandboxReady
+    } else {
+        pb::PodSandboxState::SandboxNotready
+    }
+}
+
+/// The container state enum.
+pub fn container_state_to_proto(state: ContainerState) -> pb::ContainerState {
+    match state {
+        ContainerState::Created => pb::ContainerState::ContainerCreated,
+        ContainerState::Running => pb::ContainerState::ContainerRunning,
+        ContainerState::Exited => pb::ContainerState::ContainerExited,
+        ContainerState::Unknown => pb::ContainerState::ContainerUnknown,
+    }
+}
+
+/// PodSandboxStatus. The pod IP stays empty until bosun has pod networking.
+pub fn sandbox_status(
+    id: &str,
+    meta: &SandboxMeta,
+    status: &SandboxStatus,
+) -> pb::PodSandboxStatus {
+    let req = &meta.request;
+    pb::PodSandboxStatus {
+        id: id.to_string(),
+        metadata: Some(pod_metadata(&req.pod)),
+        state: sandbox_state_to_proto(status.state()) as i32,
+        created_at: status.created_ns,
+        network: Some(pb::PodSandboxNetworkStatus::default()),
+        linux: Some(pb::LinuxPodSandboxStatus {
+            namespaces: Some(pb::Namespace {
+                options: Some(pb::NamespaceOption {
+                    network: namespace_mode_to_proto(req.network) as i32,
+                    pid: namespace_mode_to_proto(req.pid) as i32,
+                    ipc: namespace_mode_to_proto(req.ipc) as i32,
+                    ..Default::default()
+                }),
+            }),
+        }),
+        labels: unsorted(&req.labels),
+        annotations: unsorted(&req.annotations),
+        runtime_handler: req.runtime_handler.clone(),
+    }
+}
+
+/// A ListPodSandbox item.
+pub fn sandbox_item(id: &str, meta: &SandboxMeta, status: &SandboxStatus) -> pb::PodSandbox {
+    let req = &meta.request;
+    pb::PodSandbox {
+        id: id.to_string(),
+        metadata: Some(pod_metadata(&req.pod)),
+        state: sandbox_state_to_proto(status.state()) as i32,
+        created_at: status.created_ns,
+        labels: unsorted(&req.labels),
+        annotations: unsorted(&req.annotations),
+        runtime_handler: req.runtime_handler.clone(),
+    }
+}
+
+/// PodSandboxStatus verbose info: `info` is a JSON object with the id, state, infra pid, the
+/// recorded metadata and the status.
+pub fn sandbox_info(
+    id: &str,
+    meta: &SandboxMeta,
+    status: &SandboxStatus,
+) -> HashMap<String, String> {
+    let info = serde_json::json!({
+        "id": id,
+        "state": format!("{:?}", status.state()),
+        "pid": status.pid,
+        "meta": meta,
+        "status": status,
+    });
+    HashMap::from([("info".to_string(), info.to_string())])
+}
+
+fn container_metadata(meta: &ContainerMeta) -> pb::ContainerMetadata {
+    pb::ContainerMetadata {
+        name: meta.request.name.clone(),
+        attempt: meta.attempt,
+    }
+}
+
+fn image_spec(meta: &ContainerMeta) -> pb::ImageSpec {
+    pb::ImageSpec {
+        image: meta.request.image.clone(),
+        ..Default::default()
+    }
+}
+
+/// ContainerStatus: timestamps, exit, image, the request's labels, annotations and mounts
+/// unchanged, and the resources last applied (those of the create request until an update).
+/// `user` is left unset: the runtime does not record the uid/gid it resolved.
+pub fn container_status(
+    id: &str,
+    meta: &ContainerMeta,
+    status: &ContainerStatus,
+) -> pb::ContainerStatus {
+    let req = &meta.request;
+    let resources = status.resources.as_ref().unwrap_or(&req.linux.resources);
+    pb::ContainerStatus {
+        id: id.to_string(),
+        metadata: Some(container_metadata(meta)),
+        state: container_state_to_proto(status.state()) as i32,
+        created_at: status.created_ns,
+        started_at: status.started_ns,
+        finished_at: status.finished_ns,
+        exit_code: status.exit_code,
+        image: Some(image_spec(meta)),
+        image_ref: meta.image_ref.clone(),
+        reason: status.reason.clone(),
+        message: status.message.clone(),
+        labels: unsorted(&req.labels),
+        annotations: unsorted(&req.annotations),
+        mounts: req.mounts.iter().map(mount_to_proto).collect(),
+        log_path: meta.log_path.clone(),
+        resources: Some(pb::ContainerResources {
+            linux: Some(resources_to_proto(resources)),
+            windows: None,
+        }),
+        image_id: meta.image_id.clone(),
+        user: None,
+        stop_signal: stop_signal_to_proto(req.stop_signal) as i32,
+    }
+}
+
+/// A ListContainers item.
+pub fn container_item(id: &str, meta: &ContainerMeta, status: &ContainerStatus) -> pb::Container {
+    let req = &meta.request;
+    pb::Container {
+        id: id.to_string(),
+        pod_sandbox_id: meta.sandbox_id.clone(),
+        metadata: Some(container_metadata(meta)),
+        image: Some(image_spec(meta)),
+        image_ref: meta.image_ref.clone(),
+        state: container_state_to_proto(status.state()) as i32,
+        created_at: status.created_ns,
+        labels: unsorted(&req.labels),
+        annotations: unsorted(&req.annotations),
+        image_id: meta.image_id.clone(),
+    }
+}
+
+/// ContainerStatus verbose info: `info` is a JSON object with the id, sandbox id, state, init
+/// pid, the recorded metadata (request, image, paths) and the status.
+pub fn container_info(
+    id: &str,
+    meta: &ContainerMeta,
+    status: &ContainerStatus,
+) -> HashMap<String, String> {
+    let info = serde_json::json!({
+        "id": id,
+        "sandboxID": meta.sandbox_id,
+        "state": format!("{:?}", status.state()),
+        "pid": status.pid,
+        "meta": meta,
+        "status": status,
+    });
+    HashMap::from([("info".to_string(), info.to_string())])
+}
