@@ -8,11 +8,29 @@ use tonic::{Request, Response, Status};
 
 use crate::config::{CgroupDriver, Config};
 use crate::cri::convert::{container, exec, filter, resources, sandbox, status as st};
-use crate::cri::status::{reply, unimplemented};
+use crate::cri::status::{reply, to_status, unimplemented};
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::Runtime;
 use crate::version;
 use pb::runtime_service_server::RuntimeService;
+
+/// Listings streamed in pages of this many items.
+const STREAM_PAGE: usize = 256;
+
+/// A listing served as a stream of pages.
+type Pages<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
+
+/// `items` in pages of [`STREAM_PAGE`], each wrapped by `page`.
+fn pages<I: Clone + Send + 'static, T: Send + 'static>(
+    items: Vec<I>,
+    page: impl Fn(Vec<I>) -> T,
+) -> Pages<T> {
+    let pages: Vec<_> = items
+        .chunks(STREAM_PAGE)
+        .map(|c| Ok(page(c.to_vec())))
+        .collect();
+    Box::pin(futures::stream::iter(pages))
+}
 
 /// A server stream type for RPCs that are not served yet.
 type Unimplemented<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
@@ -27,6 +45,36 @@ impl CriRuntime {
     /// Serves `runtime` with `config`.
     pub fn new(config: Arc<Config>, runtime: Arc<Runtime>) -> Self {
         CriRuntime { config, runtime }
+    }
+
+    /// ListPodSandbox / StreamPodSandboxes items.
+    fn sandboxes(&self, f: Option<pb::PodSandboxFilter>) -> crate::Result<Vec<pb::PodSandbox>> {
+        let f = filter::sandbox_filter(f)?;
+        Ok(self
+            .runtime
+            .list_sandboxes(&f)
+            .iter()
+            .map(|e| st::sandbox_item(e.id(), e.meta(), &e.status()))
+            .collect())
+    }
+
+    /// ListContainers / StreamContainers items.
+    fn containers(&self, f: Option<pb::ContainerFilter>) -> crate::Result<Vec<pb::Container>> {
+        let mut f = filter::container_filter(f)?;
+        // A sandbox id prefix is resolved to the full id, as containerd does.
+        if let Some(full) = f
+            .pod_id
+            .as_deref()
+            .and_then(|p| self.runtime.sandbox(p).ok())
+        {
+            f.pod_id = Some(full.id().to_string());
+        }
+        Ok(self
+            .runtime
+            .list_containers(&f)
+            .iter()
+            .map(|e| st::container_item(e.id(), e.meta(), &e.status()))
+            .collect())
     }
 
     /// RuntimeReady and NetworkReady, as the kubelet requires both to be present.
@@ -160,25 +208,25 @@ impl RuntimeService for CriRuntime {
         &self,
         req: Request<pb::ListPodSandboxRequest>,
     ) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
-        let r = filter::sandbox_filter(req.into_inner().filter).map(|f| {
-            let items = self.runtime.list_sandboxes(&f);
-            pb::ListPodSandboxResponse {
-                items: items
-                    .iter()
-                    .map(|e| st::sandbox_item(e.id(), e.meta(), &e.status()))
-                    .collect(),
-            }
-        });
-        reply("ListPodSandbox", r)
+        let r = self.sandboxes(req.into_inner().filter);
+        reply(
+            "ListPodSandbox",
+            r.map(|items| pb::ListPodSandboxResponse { items }),
+        )
     }
 
-    type StreamPodSandboxesStream = Unimplemented<pb::StreamPodSandboxesResponse>;
+    type StreamPodSandboxesStream = Pages<pb::StreamPodSandboxesResponse>;
 
     async fn stream_pod_sandboxes(
         &self,
-        _req: Request<pb::StreamPodSandboxesRequest>,
+        req: Request<pb::StreamPodSandboxesRequest>,
     ) -> Result<Response<Self::StreamPodSandboxesStream>, Status> {
-        Err(unimplemented("StreamPodSandboxes"))
+        let items = self
+            .sandboxes(req.into_inner().filter)
+            .map_err(|e| to_status("StreamPodSandboxes", e))?;
+        Ok(Response::new(pages(items, |pod_sandboxes| {
+            pb::StreamPodSandboxesResponse { pod_sandboxes }
+        })))
     }
 
     async fn create_container(
@@ -234,33 +282,25 @@ impl RuntimeService for CriRuntime {
         &self,
         req: Request<pb::ListContainersRequest>,
     ) -> Result<Response<pb::ListContainersResponse>, Status> {
-        let r = filter::container_filter(req.into_inner().filter).map(|mut f| {
-            // A sandbox id prefix is resolved to the full id, as containerd does.
-            if let Some(full) = f
-                .pod_id
-                .as_deref()
-                .and_then(|p| self.runtime.sandbox(p).ok())
-            {
-                f.pod_id = Some(full.id().to_string());
-            }
-            let items = self.runtime.list_containers(&f);
-            pb::ListContainersResponse {
-                containers: items
-                    .iter()
-                    .map(|e| st::container_item(e.id(), e.meta(), &e.status()))
-                    .collect(),
-            }
-        });
-        reply("ListContainers", r)
+        let r = self.containers(req.into_inner().filter);
+        reply(
+            "ListContainers",
+            r.map(|containers| pb::ListContainersResponse { containers }),
+        )
     }
 
-    type StreamContainersStream = Unimplemented<pb::StreamContainersResponse>;
+    type StreamContainersStream = Pages<pb::StreamContainersResponse>;
 
     async fn stream_containers(
         &self,
-        _req: Request<pb::StreamContainersRequest>,
+        req: Request<pb::StreamContainersRequest>,
     ) -> Result<Response<Self::StreamContainersStream>, Status> {
-        Err(unimplemented("StreamContainers"))
+        let items = self
+            .containers(req.into_inner().filter)
+            .map_err(|e| to_status("StreamContainers", e))?;
+        Ok(Response::new(pages(items, |containers| {
+            pb::StreamContainersResponse { containers }
+        })))
     }
 
     async fn container_status(
@@ -299,9 +339,13 @@ impl RuntimeService for CriRuntime {
 
     async fn reopen_container_log(
         &self,
-        _req: Request<pb::ReopenContainerLogRequest>,
+        req: Request<pb::ReopenContainerLogRequest>,
     ) -> Result<Response<pb::ReopenContainerLogResponse>, Status> {
-        Err(unimplemented("ReopenContainerLog"))
+        let r = self.runtime.reopen_log(&req.into_inner().container_id);
+        reply(
+            "ReopenContainerLog",
+            r.map(|()| pb::ReopenContainerLogResponse {}),
+        )
     }
 
     async fn exec_sync(

@@ -9,7 +9,7 @@ use super::paths;
 use super::rootfs;
 use super::service::{require_id, Runtime};
 use super::signal;
-use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
+use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState, UserIds};
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::image::index::ImageRecord;
 use crate::oci::{
@@ -82,9 +82,11 @@ impl Runtime {
         let _life = handle.lifecycle.lock().await;
         match self.build_container(&sandbox, &image, entry.meta()).await {
             Ok(launched) => {
+                let (launched, user) = launched;
                 let r = entry.update(|s| {
                     s.pid = launched.init_pid.max(0) as u32;
                     s.monitor_pid = launched.monitor_pid.max(0) as u32;
+                    s.user = Some(user);
                     Ok(())
                 });
                 self.watch_exit(&id, launched.monitor_pid);
@@ -100,7 +102,7 @@ impl Runtime {
                 drop(_life);
                 self.discard_container(&id).await;
                 self.drop_handle(&id);
-                Err(e.context(format!("container {id} ({name})")))
+                Err(e.context(format!("container {name:?}")))
             }
         }
     }
@@ -165,7 +167,7 @@ impl Runtime {
         sandbox: &SandboxEntry,
         image: &ImageRecord,
         meta: &ContainerMeta,
-    ) -> Result<crate::oci::Launched> {
+    ) -> Result<(crate::oci::Launched, UserIds)> {
         let id = meta
             .state_dir
             .file_name()
@@ -184,13 +186,22 @@ impl Runtime {
         };
         let request = meta.request.clone();
         let bundle2 = bundle.clone();
-        tokio::task::spawn_blocking(move || -> Result<()> {
+        let user = tokio::task::spawn_blocking(move || -> Result<UserIds> {
             std::fs::create_dir_all(&bundle2).ctx(|| format!("create {}", bundle2.display()))?;
             rootfs::mount(&lower, &rw, &rootfs2)?;
             let spec = build_spec(&request, &ctx, &run_config, &rootfs2, &opts)?;
             let json = serde_json::to_vec_pretty(&spec)
                 .map_err(|e| Error::internal(format!("encode config.json: {e}")))?;
-            write_atomic(&bundle2.join("config.json"), &json)
+            write_atomic(&bundle2.join("config.json"), &json)?;
+            Ok(spec
+                .process()
+                .as_ref()
+                .map(|p| UserIds {
+                    uid: p.user().uid(),
+                    gid: p.user().gid(),
+                    groups: p.user().additional_gids().clone().unwrap_or_default(),
+                })
+                .unwrap_or_default())
         })
         .await
         .map_err(|e| Error::internal(format!("create task: {e}")))??;
@@ -215,7 +226,7 @@ impl Runtime {
         args.stdin = meta.request.stdin;
         args.stdin_once = meta.request.stdin_once;
         args.tty = meta.request.tty;
-        self.launcher.launch(&args).await
+        Ok((self.launcher.launch(&args).await?, user))
     }
 
     /// What the spec needs from the sandbox, including the pid-Target container's init.
@@ -464,5 +475,31 @@ impl Runtime {
             ));
         }
         Ok(out)
+    }
+
+    /// ReopenContainerLog: asks the running container's monitor (SIGUSR1) to reopen the log
+    /// file after the kubelet rotated it.
+    pub fn reopen_log(&self, id: &str) -> Result<()> {
+        require_id("container", id)?;
+        let entry = self.container(id)?;
+        let id = entry.id();
+        let st = entry.status();
+        if st.state() != ContainerState::Running {
+            return Err(Error::precondition(format!(
+                "container {id}: reopen log: container is {:?}",
+                st.state()
+            )));
+        }
+        if !super::restore::monitor_alive(st.monitor_pid, id) {
+            return Err(Error::precondition(format!(
+                "container {id}: reopen log: its monitor (pid {}) is gone",
+                st.monitor_pid
+            )));
+        }
+        let pid = rustix::process::Pid::from_raw(st.monitor_pid as i32)
+            .ok_or_else(|| Error::internal(format!("container {id}: no monitor pid")))?;
+        rustix::process::kill_process(pid, rustix::process::Signal::USR1).map_err(|e| {
+            Error::internal(format!("container {id}: reopen log: signal monitor: {e}"))
+        })
     }
 }

@@ -12,7 +12,7 @@ use crate::oci::ContainerExit;
 use crate::sandbox::PodNamespaces;
 
 /// Whether `pid` is the monitor of container `id` (a recycled pid is not).
-fn monitor_alive(pid: u32, id: &str) -> bool {
+pub(super) fn monitor_alive(pid: u32, id: &str) -> bool {
     if pid == 0 {
         return false;
     }

@@ -76,6 +76,19 @@ pub struct ContainerStatus {
     pub unknown: bool,
     /// Resources set by UpdateContainerResources (`None`: those of the create request).
     pub resources: Option<crate::oci::Resources>,
+    /// The identity the process runs as, resolved at create.
+    pub user: Option<UserIds>,
+}
+
+/// A resolved process identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserIds {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary group ids.
+    pub groups: Vec<u32>,
 }
 
 fn precondition(what: &str, state: impl std::fmt::Debug) -> Error {

@@ -106,7 +106,8 @@ fn image_spec(meta: &ContainerMeta) -> pb::ImageSpec {
 
 /// ContainerStatus: timestamps, exit, image, the request's labels, annotations and mounts
 /// unchanged, and the resources last applied (those of the create request until an update).
-/// `user` is left unset: the runtime does not record the uid/gid it resolved.
+/// `user` is the identity resolved at create; `stop_signal` the one a stop sends (CRI's, else
+/// the image's STOPSIGNAL, else SIGTERM).
 pub fn container_status(
     id: &str,
     meta: &ContainerMeta,
@@ -135,8 +136,14 @@ pub fn container_status(
             windows: None,
         }),
         image_id: meta.image_id.clone(),
-        user: None,
-        stop_signal: stop_signal_to_proto(req.stop_signal) as i32,
+        user: status.user.as_ref().map(|u| pb::ContainerUser {
+            linux: Some(pb::LinuxContainerUser {
+                uid: i64::from(u.uid),
+                gid: i64::from(u.gid),
+                supplemental_groups: u.groups.iter().map(|g| i64::from(*g)).collect(),
+            }),
+        }),
+        stop_signal: stop_signal_to_proto(Some(meta.stop_signal())) as i32,
     }
 }
 

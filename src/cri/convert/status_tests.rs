@@ -264,11 +264,25 @@ fn updated_resources_win_over_the_request() {
 }
 
 #[test]
-fn default_stop_signal_reports_runtime_default() {
+fn status_reports_the_stop_signal_a_stop_would_send() {
     let mut config = container_config();
     config.stop_signal = pb::Signal::RuntimeDefault as i32;
-    let meta = container_meta(config);
+    let mut meta = container_meta(config);
     let s = container_status("c1", &meta, &container_status_at(1, 0, 0, false));
-    assert_eq!(s.stop_signal, pb::Signal::RuntimeDefault as i32);
+    assert_eq!(s.stop_signal, pb::Signal::Sigterm as i32, "unset: SIGTERM");
     assert_eq!(s.state, pb::ContainerState::ContainerCreated as i32);
+    meta.image_stop_signal = Some(libc::SIGUSR1);
+    let s = container_status("c1", &meta, &container_status_at(1, 0, 0, false));
+    assert_eq!(
+        s.stop_signal,
+        pb::Signal::Sigusr1 as i32,
+        "the image's STOPSIGNAL"
+    );
+    meta.request.stop_signal = Some(libc::SIGINT);
+    let s = container_status("c1", &meta, &container_status_at(1, 0, 0, false));
+    assert_eq!(
+        s.stop_signal,
+        pb::Signal::Sigint as i32,
+        "CRI's stop_signal wins"
+    );
 }
