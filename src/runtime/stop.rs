@@ -119,8 +119,8 @@ impl Runtime {
         });
     }
 
-    /// Writes the exit into the status, cleans up the runc state (and with it the cgroup, and
-    /// any process left in a shared pid namespace) and publishes it.
+    /// Writes the exit into the status, publishes it, then cleans up the runc state (and with
+    /// it the cgroup, and any process left in a shared pid namespace).
     pub(super) async fn record_exit(&self, id: &str, exit: ContainerExit) {
         let handle = self.handle(id);
         {
@@ -159,10 +159,12 @@ impl Runtime {
                 }
             }
         }
+        // Published before the cleanup: a StopContainer waiting on it returns now, not after
+        // `runc delete` (tens of ms); a RemoveContainer that follows deletes again harmlessly.
+        handle.set_exited();
         if let Err(e) = self.runc.delete(id, true).await {
             tracing::debug!(container = %id, "runc delete after exit: {e}");
         }
-        handle.set_exited();
     }
 }
 
