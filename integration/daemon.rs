@@ -179,11 +179,13 @@ fn unserved_rpcs_say_unimplemented() -> anyhow::Result<()> {
         let err = d
             .runtime()
             .await?
-            .list_containers(pb::ListContainersRequest::default())
+            .container_stats(pb::ContainerStatsRequest {
+                container_id: "x".into(),
+            })
             .await
             .expect_err("not served yet");
         ensure!(err.code() == tonic::Code::Unimplemented, "{err:?}");
-        ensure!(err.message().contains("ListContainers"), "{err:?}");
+        ensure!(err.message().contains("ContainerStats"), "{err:?}");
         Ok(())
     })
 }

@@ -1,5 +1,10 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
+mod cri_containers;
+mod cri_exec;
+mod cri_pods;
+mod cri_recovery;
+mod cri_stop;
 mod daemon;
 mod images;
 mod images_hostile;
@@ -12,6 +17,11 @@ mod support;
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
+    trials.extend(cri_pods::trials());
+    trials.extend(cri_containers::trials());
+    trials.extend(cri_stop::trials());
+    trials.extend(cri_exec::trials());
+    trials.extend(cri_recovery::trials());
     trials.extend(daemon::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());

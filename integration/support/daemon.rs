@@ -148,6 +148,13 @@ impl Daemon {
         c.wait().ok()
     }
 
+    /// The cgroup parent CRI tests give their pods: `/<scratch dir name>`, unique per daemon;
+    /// removed (with anything left below it) on drop.
+    pub fn cgroup_parent(&self) -> String {
+        let name = self.dir.path().file_name().unwrap_or_default();
+        format!("/{}", name.to_string_lossy())
+    }
+
     /// Starts the daemon again on the same root and state (after kill9 or terminate).
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill9();
@@ -156,7 +163,27 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Leaves nothing behind, even after a failed test: a live daemon first stops and removes
+    /// every pod (each call bounded), then gets SIGTERM; then every runc container, monitor,
+    /// pod init and mount of this test's scratch dir and every cgroup under its cgroup parent
+    /// go. Never panics.
     fn drop(&mut self) {
-        self.terminate();
+        let alive = self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+        if alive {
+            super::cri::remove_all_pods(&self.socket(), std::time::Duration::from_secs(5));
+        }
+        let cleanup = std::panic::AssertUnwindSafe(|| {
+            self.terminate();
+            super::cri::scrub(self.dir.path(), &self.state(), &self.cgroup_parent());
+        });
+        if std::panic::catch_unwind(cleanup).is_err() {
+            eprintln!(
+                "daemon cleanup panicked; {} may need manual cleanup",
+                self.dir.path().display()
+            );
+        }
     }
 }

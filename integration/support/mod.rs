@@ -1,5 +1,6 @@
 //! Shared fixtures: environment checks with honest skips, the daemon, the registry, test images.
 
+pub mod cri;
 pub mod daemon;
 pub mod proxy;
 pub mod registry;

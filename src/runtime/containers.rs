@@ -147,6 +147,11 @@ impl Runtime {
             pod_key: sb.request.pod.key(),
             attempt: new.attempt,
             image_id: image.id.to_string(),
+            image_name: image
+                .repo_tags
+                .first()
+                .cloned()
+                .unwrap_or_else(|| new.request.image.clone()),
             image_ref: image
                 .repo_digests
                 .first()
@@ -314,9 +319,12 @@ impl Runtime {
                 st.state()
             )));
         }
+        // Stamped before `runc start`: a process that exits at once is reaped (and its finish
+        // time recorded by the monitor) before `runc start` returns.
+        let started = now_ns();
         match self.runc.start(&id).await {
             Ok(()) => {
-                entry.update(|s| s.start(now_ns(), st.pid))?;
+                entry.update(|s| s.start(started, st.pid))?;
                 handle.set_init(st.pid);
                 tracing::info!(container = %id, pid = st.pid, "container started");
                 Ok(())

@@ -140,6 +140,9 @@ pub struct ContainerMeta {
     pub request: ContainerRequest,
     /// The image id (config digest, `sha256:…`).
     pub image_id: String,
+    /// The image's name as ContainerStatus reports it: its first repo tag at create (as
+    /// containerd does), else the reference the request used.
+    pub image_name: String,
     /// The image reference reported as `image_ref` (a repo digest when known, else the id).
     pub image_ref: String,
     /// The image's STOPSIGNAL as a number, recorded at create.

@@ -99,7 +99,11 @@ fn container_metadata(meta: &ContainerMeta) -> pb::ContainerMetadata {
 
 fn image_spec(meta: &ContainerMeta) -> pb::ImageSpec {
     pb::ImageSpec {
-        image: meta.request.image.clone(),
+        image: if meta.image_name.is_empty() {
+            meta.request.image.clone()
+        } else {
+            meta.image_name.clone()
+        },
         ..Default::default()
     }
 }
