@@ -2,6 +2,7 @@
 
 mod cri_containers;
 mod cri_exec;
+mod cri_images;
 mod cri_pods;
 mod cri_recovery;
 mod cri_stop;
@@ -21,6 +22,7 @@ fn main() {
     trials.extend(cri_containers::trials());
     trials.extend(cri_stop::trials());
     trials.extend(cri_exec::trials());
+    trials.extend(cri_images::trials());
     trials.extend(cri_recovery::trials());
     trials.extend(daemon::trials());
     trials.extend(images::trials());
