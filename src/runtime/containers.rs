@@ -191,6 +191,7 @@ impl Runtime {
         };
         let request = meta.request.clone();
         let bundle2 = bundle.clone();
+        let t0 = std::time::Instant::now();
         let user = tokio::task::spawn_blocking(move || -> Result<UserIds> {
             std::fs::create_dir_all(&bundle2).ctx(|| format!("create {}", bundle2.display()))?;
             rootfs::mount(&lower, &rw, &rootfs2)?;
@@ -231,7 +232,15 @@ impl Runtime {
         args.stdin = meta.request.stdin;
         args.stdin_once = meta.request.stdin_once;
         args.tty = meta.request.tty;
-        Ok((self.launcher.launch(&args).await?, user))
+        let bundled = t0.elapsed();
+        let launched = self.launcher.launch(&args).await?;
+        tracing::debug!(
+            container = %id,
+            bundle_us = bundled.as_micros() as u64,
+            monitor_us = (t0.elapsed() - bundled).as_micros() as u64,
+            "container built"
+        );
+        Ok((launched, user))
     }
 
     /// What the spec needs from the sandbox, including the pid-Target container's init.
