@@ -10,11 +10,72 @@ use crate::support::cri::{self, NEEDS};
 use crate::support::{block_on, trial, wait_until};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
-    vec![trial(
-        "cri::recovery::kill9_and_restart_with_running_containers",
-        NEEDS,
-        kill9_and_restart,
-    )]
+    vec![
+        trial(
+            "cri::recovery::kill9_and_restart_with_running_containers",
+            NEEDS,
+            kill9_and_restart,
+        ),
+        trial(
+            "cri::recovery::a_start_the_daemon_did_not_record_is_found",
+            NEEDS,
+            start_not_recorded,
+        ),
+    ]
+}
+
+/// The daemon dies between `runc start` and writing RUNNING (simulated: kill -9 with the
+/// container CREATED, then `runc start` by hand); the next daemon must report it RUNNING and
+/// still stop it with the right exit code.
+fn start_not_recorded() -> Result<()> {
+    let mut d = cri::daemon()?;
+    let busybox = cri::import(&d, "busybox")?;
+    let (pod, id) = cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "unrecorded")).await?;
+            let c = cri::sh_config(
+                &pod,
+                "late",
+                &busybox,
+                "trap 'exit 3' TERM; while :; do sleep 0.1; done",
+            );
+            let id = cri::create(&mut rt, &pod, &c).await?;
+            Ok((pod, id))
+        }),
+    )?;
+    d.kill9();
+    let runc = crate::support::runc_bin().context("runc")?;
+    let out = std::process::Command::new(runc)
+        .arg("--root")
+        .arg(d.state().join("runc"))
+        .args(["start", &id])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "runc start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d.restart()?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let s = cri::status(&mut rt, &id).await?;
+            ensure!(
+                cri::state_of(&s) == pb::ContainerState::ContainerRunning && s.started_at > 0,
+                "after restart: {:?} started_at {}",
+                cri::state_of(&s),
+                s.started_at
+            );
+            cri::stop(&mut rt, &id, 10).await?;
+            let s = cri::status(&mut rt, &id).await?;
+            cri::check_exit(&s, 3, "Error")?;
+            cri::remove_pod(&mut rt, &pod.id).await
+        }),
+    )?;
+    cri::assert_clean(&d)
 }
 
 fn log_len(path: &std::path::Path) -> u64 {

@@ -56,7 +56,20 @@ impl Runtime {
             let alive = monitor_alive(status.monitor_pid, &id);
             match status.state() {
                 ContainerState::Running | ContainerState::Created if alive => {
-                    if status.state() == ContainerState::Running {
+                    let mut state = status.state();
+                    if state == ContainerState::Created && self.started_behind_our_back(&id).await {
+                        // The daemon died between `runc start` and the status write.
+                        let pid = status.pid;
+                        match entry.update(|s| s.start(now_ns(), pid)) {
+                            Ok(_) => state = ContainerState::Running,
+                            Err(e) => tracing::warn!(container = %id, "recovery: {e}"),
+                        }
+                        tracing::warn!(
+                            container = %id,
+                            "recovery: started while the daemon went down; start time is approximate"
+                        );
+                    }
+                    if state == ContainerState::Running {
                         handle.set_init(status.pid);
                     }
                     self.watch_exit(&id, status.monitor_pid as i32);
@@ -100,5 +113,10 @@ impl Runtime {
             problems = problems.len(),
             "runtime state recovered"
         );
+    }
+
+    /// Whether runc says a container we recorded as CREATED is running.
+    async fn started_behind_our_back(&self, id: &str) -> bool {
+        matches!(self.runc.state(id).await, Ok(Some(st)) if st.status == "running")
     }
 }
