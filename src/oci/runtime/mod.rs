@@ -3,6 +3,7 @@
 
 pub(crate) mod exec;
 pub mod fake;
+pub mod fifo;
 pub mod launcher;
 
 pub use fake::{Call, FakeRuntime};
