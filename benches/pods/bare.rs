@@ -128,14 +128,38 @@ impl Bundle {
             .to_string()
     }
 
-    /// Times `runc run --detach` of a fresh container id (config.json written before the clock
-    /// starts), then kills and deletes it, untimed.
+    /// Times `runc run --detach` of the hand-written spec under a fresh container id, then
+    /// kills and deletes it, untimed.
     pub fn run_once(&mut self) -> anyhow::Result<Duration> {
+        self.run_timed(spec)
+    }
+
+    /// Times `runc run --detach` of `config` (a runtime's own config.json, e.g. bosun's for a
+    /// container of a live pod: it joins that pod's pinned namespaces) with only the root
+    /// (this bundle's unpacked busybox), the cgroups path and the command changed; then kills
+    /// and deletes it, untimed. This is "a bare runc run of the same bundle".
+    pub fn run_config_once(&mut self, config: &serde_json::Value) -> anyhow::Result<Duration> {
+        self.run_timed(|id| {
+            let mut spec = config.clone();
+            spec["root"] = json!({"path": "rootfs", "readonly": false});
+            spec["linux"]["cgroupsPath"] = json!(format!("/{id}"));
+            spec["process"]["args"] = json!(SLEEP);
+            spec["process"]["terminal"] = json!(false);
+            spec
+        })
+    }
+
+    /// Writes `spec_for(id)` as config.json for a fresh id (before the clock starts), times
+    /// `runc run --detach`, then deletes the container, untimed.
+    fn run_timed(
+        &mut self,
+        spec_for: impl FnOnce(&str) -> serde_json::Value,
+    ) -> anyhow::Result<Duration> {
         self.seq += 1;
         let id = format!("{MARK}-runc-{}-{}", std::process::id(), self.seq);
         std::fs::write(
             self.dir.join("config.json"),
-            serde_json::to_vec_pretty(&spec(&id))?,
+            serde_json::to_vec_pretty(&spec_for(&id))?,
         )?;
         let mut cmd = self.runc()?;
         cmd.args(["run", "--detach", "--bundle"])
@@ -148,39 +172,6 @@ impl Bundle {
         ensure!(
             status.success(),
             "runc run --detach {id}: {}",
-            self.err_text()
-        );
-        self.delete(&id)?;
-        Ok(took)
-    }
-
-    /// Times `runc run --detach` of `config` (a runtime's own config.json, e.g. bosun's for a
-    /// container of a live pod: it joins that pod's pinned namespaces) with only the root
-    /// (this bundle's unpacked busybox), the cgroups path and the command changed; then kills
-    /// and deletes it, untimed. This is "a bare runc run of the same bundle".
-    pub fn run_config_once(&mut self, config: &serde_json::Value) -> anyhow::Result<Duration> {
-        self.seq += 1;
-        let id = format!("{MARK}-runc-{}-{}", std::process::id(), self.seq);
-        let mut spec = config.clone();
-        spec["root"] = json!({"path": "rootfs", "readonly": false});
-        spec["linux"]["cgroupsPath"] = json!(format!("/{id}"));
-        spec["process"]["args"] = json!(SLEEP);
-        spec["process"]["terminal"] = json!(false);
-        std::fs::write(
-            self.dir.join("config.json"),
-            serde_json::to_vec_pretty(&spec)?,
-        )?;
-        let mut cmd = self.runc()?;
-        cmd.args(["run", "--detach", "--bundle"])
-            .arg(&self.dir)
-            .arg(&id);
-        self.live.push(id.clone());
-        let t = Instant::now();
-        let status = cmd.status().context("run runc run --detach")?;
-        let took = t.elapsed();
-        ensure!(
-            status.success(),
-            "runc run --detach {id} (runtime config): {}",
             self.err_text()
         );
         self.delete(&id)?;
