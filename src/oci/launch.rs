@@ -274,12 +274,21 @@ impl ExitWatcher {
         }
     }
 
-    /// The pid runs `… monitor --id <id> …` (a zombie has no command line).
+    /// Whether the watched monitor still runs.
     fn monitor_alive(&self) -> bool {
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.monitor_pid));
-        let needle = format!("\0monitor\0--id\0{}\0", self.id);
-        cmdline.is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+        monitor_alive(self.monitor_pid, &self.id)
     }
+}
+
+/// Whether `pid` runs `… monitor --id <id> …`: the monitor of container `id`, not a process
+/// that recycled its pid (and not a zombie, which has no command line).
+pub fn monitor_alive(pid: i32, id: &str) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"));
+    let needle = format!("\0monitor\0--id\0{id}\0");
+    cmdline.is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
 }
 
 /// The exit record at `path`, or why there is none.

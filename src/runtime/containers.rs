@@ -46,7 +46,10 @@ impl Runtime {
         let image = self
             .images
             .lookup(&new.request.image)
-            .ok_or_else(|| Error::not_found(format!("image {:?}: not found", new.request.image)))?;
+            .ok_or_else(|| Error::not_found(format!(
+                "image {:?}: not found; pull it first (PullImage, `crictl pull`, `bosun image pull`)",
+                new.request.image
+            )))?;
         let pod_key = sandbox.meta().request.pod.key();
         let reservation = self
             .state
@@ -61,7 +64,7 @@ impl Runtime {
             let chain: Vec<_> = image.chain_ids().cloned().collect();
             if chain.iter().any(|c| !self.images.snapshots().exists(c)) {
                 return Err(Error::not_found(format!(
-                    "image {:?}: layers are gone (removed meanwhile)",
+                    "image {:?}: removed while the container was being created; pull it again",
                     meta.request.image
                 )));
             }
@@ -384,16 +387,22 @@ impl Runtime {
         Ok(())
     }
 
+    /// `runc delete --force` if runc still knows the container. Usually the exit path has
+    /// deleted it already; spawning runc (~7 ms) only to hear "does not exist" made
+    /// RemovePodSandbox and a restart with many exited containers slow.
+    pub(super) async fn delete_runc_state(&self, id: &str) {
+        if !self.layout.runc_root().join(id).exists() {
+            return;
+        }
+        if let Err(e) = self.runc.delete(id, true).await {
+            tracing::debug!(container = %id, "runc delete: {e}");
+        }
+    }
+
     /// Removes everything of container `id` that exists (idempotent, best effort for the OS
     /// pieces, errors logged); the record goes last.
     pub(super) async fn discard_container(&self, id: &str) {
-        // Usually already deleted when the exit was recorded: spawning runc (~7 ms) to hear
-        // "does not exist" is what made RemovePodSandbox slow.
-        if self.layout.runc_root().join(id).exists() {
-            if let Err(e) = self.runc.delete(id, true).await {
-                tracing::debug!(container = %id, "runc delete: {e}");
-            }
-        }
+        self.delete_runc_state(id).await;
         let dir = self.layout.container_dir(id);
         let rootfs = paths::rootfs(&dir);
         let rw = self.layout.rw_dir(id);
@@ -469,16 +478,16 @@ impl Runtime {
                 "container {id}: exec: container is {st:?}"
             )));
         }
-        let config = paths::bundle(&entry.meta().state_dir).join("config.json");
-        let spec = tokio::fs::read(&config)
-            .await
-            .ctx(|| format!("container {id}: read {}", config.display()))?;
-        let spec: oci_spec::runtime::Spec = serde_json::from_slice(&spec)
-            .map_err(|e| Error::internal(format!("container {id}: {}: {e}", config.display())))?;
-        let mut process = spec
-            .process()
-            .clone()
-            .ok_or_else(|| Error::internal(format!("container {id}: spec has no process")))?;
+        let handle = self.handle(&id);
+        let template = match handle.exec_template() {
+            Some(t) => t,
+            None => {
+                let t = Arc::new(exec_template(&id, &entry.meta().state_dir).await?);
+                handle.set_exec_template(t.clone());
+                t
+            }
+        };
+        let mut process = (*template).clone();
         process.set_args(Some(cmd));
         process.set_terminal(Some(false));
         process.set_console_size(None);
@@ -523,4 +532,17 @@ impl Runtime {
             Error::internal(format!("container {id}: reopen log: signal monitor: {e}"))
         })
     }
+}
+
+/// The process settings of the container's bundle (`config.json`), the base of its execs.
+async fn exec_template(id: &str, state_dir: &Path) -> Result<oci_spec::runtime::Process> {
+    let config = paths::bundle(state_dir).join("config.json");
+    let spec = tokio::fs::read(&config)
+        .await
+        .ctx(|| format!("container {id}: read {}", config.display()))?;
+    let spec: oci_spec::runtime::Spec = serde_json::from_slice(&spec)
+        .map_err(|e| Error::internal(format!("container {id}: {}: {e}", config.display())))?;
+    spec.process()
+        .clone()
+        .ok_or_else(|| Error::internal(format!("container {id}: spec has no process")))
 }

@@ -21,6 +21,9 @@ pub struct Handle {
     stop: Mutex<Option<watch::Sender<Instant>>>,
     /// A pidfd of the container's init (signals cannot hit a recycled pid).
     init: Mutex<Option<Arc<OwnedFd>>>,
+    /// The container's process settings from its bundle, the template of every exec (read
+    /// once: exec probes run every few seconds).
+    exec_template: Mutex<Option<Arc<oci_spec::runtime::Process>>>,
 }
 
 /// What [`Handle::request_stop`] decided.
@@ -39,6 +42,7 @@ impl Handle {
             exited: watch::channel(false).0,
             stop: Mutex::new(None),
             init: Mutex::new(None),
+            exec_template: Mutex::new(None),
         })
     }
 
@@ -79,6 +83,16 @@ impl Handle {
     /// The stop in flight has finished.
     pub fn stop_done(&self) {
         *lock(&self.stop) = None;
+    }
+
+    /// The cached exec template, if loaded.
+    pub fn exec_template(&self) -> Option<Arc<oci_spec::runtime::Process>> {
+        lock(&self.exec_template).clone()
+    }
+
+    /// Caches the exec template.
+    pub fn set_exec_template(&self, process: Arc<oci_spec::runtime::Process>) {
+        *lock(&self.exec_template) = Some(process);
     }
 
     /// Remembers the init's pidfd (opened while the pid was known to be the init).

@@ -13,12 +13,7 @@ use crate::sandbox::PodNamespaces;
 
 /// Whether `pid` is the monitor of container `id` (a recycled pid is not).
 pub(super) fn monitor_alive(pid: u32, id: &str) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    let needle = format!("\0monitor\0--id\0{id}\0");
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+    crate::oci::launch::monitor_alive(i32::try_from(pid).unwrap_or(0), id)
 }
 
 impl Runtime {
@@ -29,6 +24,7 @@ impl Runtime {
     /// Problems are logged, never fatal.
     pub(super) async fn recover(self: &Arc<Self>) {
         let mut recovered: Recovered<SandboxMeta, ContainerMeta> = load_all(&self.layout.durable);
+        let mut changed = std::collections::HashSet::new();
         for c in &mut recovered.containers {
             let dir = &c.meta.state_dir;
             let record = match read_exit(&paths::exit_file(dir)) {
@@ -36,7 +32,11 @@ impl Runtime {
                 ContainerExit::Unknown(_) => None,
             };
             let alive = monitor_alive(c.status.monitor_pid, &c.id);
-            c.status = reconcile(c.status.clone(), record, alive);
+            let reconciled = reconcile(c.status.clone(), record, alive);
+            if reconciled != c.status {
+                changed.insert(c.id.clone());
+                c.status = reconciled;
+            }
         }
         let problems = self.state.adopt(recovered);
         for p in &problems {
@@ -46,11 +46,13 @@ impl Runtime {
         for entry in self.state.containers.list(&Default::default()) {
             let id = entry.id().to_string();
             let status = entry.status();
-            if let Err(e) = entry.update(|s| {
-                *s = status.clone();
-                Ok(())
-            }) {
-                tracing::warn!(container = %id, "recovery: write status: {e}");
+            if changed.contains(&id) {
+                if let Err(e) = entry.update(|s| {
+                    *s = status.clone();
+                    Ok(())
+                }) {
+                    tracing::warn!(container = %id, "recovery: write status: {e}");
+                }
             }
             let handle = self.handle(&id);
             let alive = monitor_alive(status.monitor_pid, &id);
@@ -76,9 +78,7 @@ impl Runtime {
                 }
                 _ => {
                     handle.set_exited();
-                    if let Err(e) = self.runc.delete(&id, true).await {
-                        tracing::debug!(container = %id, "recovery: runc delete: {e}");
-                    }
+                    self.delete_runc_state(&id).await;
                 }
             }
         }
