@@ -3,6 +3,7 @@
 mod containers;
 mod handle;
 pub mod id;
+mod interactive;
 pub mod meta;
 pub mod paths;
 pub mod recover;
@@ -11,6 +12,7 @@ mod restore;
 pub mod rootfs;
 mod sandboxes;
 pub mod service;
+pub mod session;
 pub mod signal;
 pub mod status;
 mod stop;
@@ -33,6 +35,7 @@ pub use meta::{
 pub use recover::{load_all, reconcile, Loaded, Recovered};
 pub use reserve::Reservation;
 pub use service::Runtime;
+pub use session::{Session, SessionEnd, StreamRequest, TerminalSize};
 pub use status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
 pub use store::{Meta, StateDir, Status};
 pub use table::{Entry, Filter, Table};
