@@ -1,6 +1,7 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
 mod cri_containers;
+mod cri_events;
 mod cri_exec;
 mod cri_images;
 mod cri_pods;
@@ -22,6 +23,7 @@ fn main() {
     trials.extend(cri_containers::trials());
     trials.extend(cri_stop::trials());
     trials.extend(cri_exec::trials());
+    trials.extend(cri_events::trials());
     trials.extend(cri_images::trials());
     trials.extend(cri_recovery::trials());
     trials.extend(daemon::trials());

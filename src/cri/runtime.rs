@@ -7,8 +7,8 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::config::{CgroupDriver, Config};
-use crate::cri::convert::{container, exec, filter, resources, sandbox, status as st};
-use crate::cri::status::{reply, to_status, unimplemented};
+use crate::cri::convert::{container, event, exec, filter, resources, sandbox, status as st};
+use crate::cri::status::{checkpoint_unavailable, reply, to_status, unimplemented};
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::Runtime;
 use crate::version;
@@ -442,16 +442,19 @@ impl RuntimeService for CriRuntime {
         &self,
         _req: Request<pb::CheckpointContainerRequest>,
     ) -> Result<Response<pb::CheckpointContainerResponse>, Status> {
-        Err(unimplemented("CheckpointContainer"))
+        Err(Status::unimplemented(checkpoint_unavailable(
+            crate::oci::host::find_in_path("criu").as_deref(),
+        )))
     }
 
-    type GetContainerEventsStream = Unimplemented<pb::ContainerEventResponse>;
+    type GetContainerEventsStream = Pages<pb::ContainerEventResponse>;
 
     async fn get_container_events(
         &self,
         _req: Request<pb::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        Err(unimplemented("GetContainerEvents"))
+        let rx = self.runtime.subscribe_events();
+        Ok(Response::new(Box::pin(event::stream(rx))))
     }
 
     async fn list_metric_descriptors(
@@ -479,9 +482,17 @@ impl RuntimeService for CriRuntime {
 
     async fn update_pod_sandbox_resources(
         &self,
-        _req: Request<pb::UpdatePodSandboxResourcesRequest>,
+        req: Request<pb::UpdatePodSandboxResourcesRequest>,
     ) -> Result<Response<pb::UpdatePodSandboxResourcesResponse>, Status> {
-        Err(unimplemented("UpdatePodSandboxResources"))
+        let req = req.into_inner();
+        let r = (|| {
+            let overhead = req.overhead.map(resources::resources).transpose()?;
+            let limits = req.resources.map(resources::resources).transpose()?;
+            self.runtime
+                .update_sandbox_resources(&req.pod_sandbox_id, overhead, limits)?;
+            Ok(pb::UpdatePodSandboxResourcesResponse {})
+        })();
+        reply("UpdatePodSandboxResources", r)
     }
 }
 
@@ -568,5 +579,25 @@ mod tests {
         assert!(r.await.expect("list").into_inner().items.is_empty());
         let r = cri.list_containers(Request::new(pb::ListContainersRequest::default()));
         assert!(r.await.expect("list").into_inner().containers.is_empty());
+        let r =
+            cri.update_pod_sandbox_resources(Request::new(pb::UpdatePodSandboxResourcesRequest {
+                pod_sandbox_id: "cafe".into(),
+                ..Default::default()
+            }));
+        assert_code(r.await, Code::NotFound, "cafe");
+    }
+
+    #[tokio::test]
+    async fn checkpoint_says_why_it_is_unavailable() {
+        let (_dir, cri) = service();
+        let r = cri.checkpoint_container(Request::new(pb::CheckpointContainerRequest {
+            container_id: "feed".into(),
+            ..Default::default()
+        }));
+        assert_code(r.await, Code::Unimplemented, "CRIU");
+        let msg = checkpoint_unavailable(None);
+        assert!(msg.contains("not installed"), "{msg}");
+        let msg = checkpoint_unavailable(Some(std::path::Path::new("/usr/sbin/criu")));
+        assert!(msg.contains("/usr/sbin/criu"), "{msg}");
     }
 }

@@ -115,9 +115,27 @@ impl HostFacts {
     }
 }
 
+/// The first executable file named `name` in `$PATH` (or the usual sbin/bin dirs).
+pub fn find_in_path(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn find_in_path_finds_executables_only() {
+        assert!(find_in_path("sh").is_some_and(|p| p.is_absolute()));
+        assert_eq!(find_in_path("no-such-binary-bosun"), None);
+    }
 
     #[test]
     fn detect_reads_this_host() {

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::events::EventKind;
 use super::meta::{ContainerMeta, NewContainer, SandboxEntry};
 use super::paths;
 use super::rootfs;
@@ -99,6 +100,7 @@ impl Runtime {
                     return Err(e);
                 }
                 tracing::info!(container = %id, name = %name, sandbox = %sandbox.id(), "container created");
+                self.emit(EventKind::Created, &id, sandbox.id());
                 Ok(id)
             }
             Err(e) => {
@@ -339,6 +341,7 @@ impl Runtime {
                 entry.update(|s| s.start(started, st.pid))?;
                 handle.set_init(st.pid);
                 tracing::info!(container = %id, pid = st.pid, "container started");
+                self.emit(EventKind::Started, &id, &entry.meta().sandbox_id);
                 Ok(())
             }
             Err(e) => {
@@ -384,6 +387,7 @@ impl Runtime {
         self.discard_container(&id).await;
         self.drop_handle(&id);
         tracing::info!(container = %id, "container removed");
+        self.emit(EventKind::Deleted, &id, &entry.meta().sandbox_id);
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! Runtime domain: sandboxes and containers on runc, their on-disk state and crash recovery.
 
 mod containers;
+pub mod events;
 mod handle;
 pub mod id;
 mod interactive;

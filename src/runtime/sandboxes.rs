@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::events::EventKind;
 use super::meta::{SandboxMeta, SandboxRequest};
 use super::paths;
 use super::service::{require_id, Runtime};
@@ -51,6 +52,8 @@ impl Runtime {
             return Err(e.context(format!("sandbox {id} ({})", entry.meta().request.pod.key())));
         }
         tracing::info!(sandbox = %id, pod = %entry.meta().request.pod.key(), "sandbox ready");
+        self.emit(EventKind::Created, &id, &id);
+        self.emit(EventKind::Started, &id, &id);
         Ok(id)
     }
 
@@ -122,6 +125,7 @@ impl Runtime {
         if entry.status().state() != SandboxState::NotReady {
             entry.update(|s| s.stop(now_ns()))?;
             tracing::info!(sandbox = %id, "sandbox stopped");
+            self.emit(EventKind::Stopped, &id, &id);
         }
         Ok(())
     }
@@ -173,6 +177,7 @@ impl Runtime {
         self.state.sandboxes.remove(&id)?;
         self.drop_sandbox_lock(&id);
         tracing::info!(sandbox = %id, "sandbox removed");
+        self.emit(EventKind::Deleted, &id, &id);
         Ok(())
     }
 }
@@ -203,4 +208,26 @@ fn validate(req: &SandboxRequest) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+impl Runtime {
+    /// UpdatePodSandboxResources: records the pod-level resources and overhead the kubelet has
+    /// just applied to the pod cgroup (reported in the verbose status). Unknown id: NotFound.
+    pub fn update_sandbox_resources(
+        &self,
+        id: &str,
+        overhead: Option<crate::oci::Resources>,
+        resources: Option<crate::oci::Resources>,
+    ) -> Result<()> {
+        require_id("sandbox", id)?;
+        let entry = self.sandbox(id)?;
+        entry
+            .update(|s| {
+                s.overhead = overhead;
+                s.resources = resources;
+                Ok(())
+            })
+            .map(drop)
+            .map_err(|e| e.context(format!("sandbox {}: update resources", entry.id())))
+    }
 }

@@ -35,6 +35,7 @@ pub struct Runtime {
     pub(super) host: HostFacts,
     /// The bosun binary run as `pinns` and `monitor`; `None`: this executable.
     pub(super) binary: Option<PathBuf>,
+    pub(super) events: super::events::Events,
     handles: Mutex<HashMap<String, Arc<Handle>>>,
     sandbox_locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
 }
@@ -87,6 +88,7 @@ impl Runtime {
             launcher,
             host,
             binary: None,
+            events: Default::default(),
             handles: Mutex::new(HashMap::new()),
             sandbox_locks: Mutex::new(HashMap::new()),
         }))

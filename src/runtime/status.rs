@@ -247,6 +247,11 @@ pub struct SandboxStatus {
     pub removing: bool,
     /// The state could not be determined.
     pub unknown: bool,
+    /// Pod-level resources last given by UpdatePodSandboxResources (the kubelet has applied
+    /// them to the pod cgroup already; recorded for status and plugins).
+    pub resources: Option<crate::oci::Resources>,
+    /// The pod overhead given with them.
+    pub overhead: Option<crate::oci::Resources>,
 }
 
 impl SandboxStatus {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::events::EventKind;
 use super::handle::StopRequest;
 use super::paths;
 use super::service::{require_id, Runtime};
@@ -169,6 +170,9 @@ impl Runtime {
         // Published before the cleanup: a StopContainer waiting on it returns now, not after
         // `runc delete` (tens of ms); a RemoveContainer that follows deletes again harmlessly.
         handle.set_exited();
+        if let Ok(entry) = self.state.containers.get(id) {
+            self.emit(EventKind::Stopped, id, &entry.meta().sandbox_id);
+        }
         if let Err(e) = self.runc.delete(id, true).await {
             tracing::debug!(container = %id, "runc delete after exit: {e}");
         }

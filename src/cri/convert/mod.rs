@@ -1,6 +1,7 @@
 //! Pure conversions between the CRI proto types and the runtime domain, with the wire validation.
 
 pub mod container;
+pub mod event;
 pub mod exec;
 pub mod filter;
 pub mod resources;
