@@ -9,6 +9,7 @@ pub mod error;
 pub mod image;
 pub mod monitor;
 pub mod oci;
+pub mod pod;
 pub mod proto;
 pub mod runtime;
 pub mod sandbox;

@@ -1,0 +1,6 @@
+//! Standalone pod supervisor: the kubelet's pod lifecycle for pods bosun runs itself (issue 5; pure rules first).
+
+pub mod backoff;
+pub mod conditions;
+pub mod grace;
+pub mod phase;
