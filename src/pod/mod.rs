@@ -3,4 +3,10 @@
 pub mod backoff;
 pub mod conditions;
 pub mod grace;
+pub mod manifest;
 pub mod phase;
+pub mod quantity;
+pub mod validate;
+
+#[cfg(test)]
+mod validate_tests;

@@ -1,0 +1,128 @@
+//! Pod manifests in, as Kubernetes Pod objects: YAML or JSON, several documents, kind Pod only.
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The Pods of `text` (YAML or JSON; `---`-separated documents; `kind: List` of Pods too).
+/// Empty documents are skipped. Any other kind or apiVersion, or a document that is not a
+/// valid Pod, fails the whole input: `source` and the document's number name the culprit.
+pub fn parse(source: &str, text: &str) -> Result<Vec<Pod>> {
+    let mut pods = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let at = || format!("{source}: document {}", i + 1);
+        let value = serde_yaml_ng::Value::deserialize(doc)
+            .map_err(|e| Error::invalid(format!("{}: not YAML or JSON: {e}", at())))?;
+        if value.is_null() {
+            continue;
+        }
+        collect(&at(), value, &mut pods)?;
+    }
+    if pods.is_empty() {
+        return Err(Error::invalid(format!("{source}: no Pod in it")));
+    }
+    Ok(pods)
+}
+
+/// Adds the Pod (or a List's Pods) of one document to `pods`.
+fn collect(at: &str, value: serde_yaml_ng::Value, pods: &mut Vec<Pod>) -> Result<()> {
+    let field = |name: &str| {
+        value
+            .get(name)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Pod") => {
+            let pod: Pod = serde_yaml_ng::from_value(value)
+                .map_err(|e| Error::invalid(format!("{at}: not a valid Pod: {e}")))?;
+            pods.push(pod);
+            Ok(())
+        }
+        ("v1", "List") => {
+            let items = match value.get("items") {
+                Some(serde_yaml_ng::Value::Sequence(items)) => items.clone(),
+                None | Some(serde_yaml_ng::Value::Null) => Vec::new(),
+                Some(_) => return Err(Error::invalid(format!("{at}: List items is not a list"))),
+            };
+            for (j, item) in items.into_iter().enumerate() {
+                collect(&format!("{at}, item {}", j + 1), item, pods)?;
+            }
+            Ok(())
+        }
+        (_, "") => Err(Error::invalid(format!("{at}: kind is missing"))),
+        (_, "Pod" | "List") => Err(Error::invalid(format!(
+            "{at}: apiVersion {api_version:?} is not supported for {kind}: use v1"
+        ))),
+        _ => Err(Error::invalid(format!(
+            "{at}: kind {kind} is not supported: bosun runs Pods (apiVersion v1, kind Pod) on \
+             this node; controllers such as Deployments need a cluster"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WEB: &str = "
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers:
+  - name: httpd
+    image: busybox
+    ports: [{containerPort: 80, name: http}]
+    readinessProbe: {httpGet: {port: http, path: /}}
+";
+
+    #[test]
+    fn yaml_json_several_documents_and_lists() {
+        let text = format!(
+            "{WEB}---\n---\n{}\n---\n{}",
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#,
+            "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: l}}\n"
+        );
+        let pods = parse("f.yaml", &text).expect("parse");
+        let names: Vec<_> = pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["web", "j", "l"]);
+        let spec = pods[0].spec.as_ref().expect("spec");
+        let probe = spec.containers[0].readiness_probe.as_ref().expect("probe");
+        assert!(probe.http_get.is_some());
+    }
+
+    #[test]
+    fn other_kinds_and_bad_documents_name_the_culprit() {
+        let deploy =
+            format!("{WEB}---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d}}\n");
+        let e = parse("app.yaml", &deploy).expect_err("a Deployment");
+        assert!(
+            e.message()
+                .contains("app.yaml: document 2: kind Deployment is not supported"),
+            "{}",
+            e.message()
+        );
+        let e = parse("x", "apiVersion: v2\nkind: Pod\n").expect_err("v2");
+        assert!(e.message().contains("apiVersion \"v2\""), "{}", e.message());
+        let e = parse("x", "metadata: {name: a}\n").expect_err("no kind");
+        assert!(e.message().contains("kind is missing"), "{}", e.message());
+        let e = parse("x", "apiVersion: v1\nkind: Pod\nspec: {containers: 3}\n").expect_err("bad");
+        assert!(
+            e.message().contains("document 1: not a valid Pod"),
+            "{}",
+            e.message()
+        );
+        let e = parse("x", "a: [\n").expect_err("syntax");
+        assert!(e.message().contains("not YAML or JSON"), "{}", e.message());
+        let e = parse("empty.yaml", "---\n").expect_err("empty");
+        assert!(e.message().contains("no Pod"), "{}", e.message());
+    }
+}
