@@ -5,8 +5,12 @@ pub mod conditions;
 pub mod grace;
 pub mod manifest;
 pub mod phase;
+pub mod probe;
+pub mod probe_result;
 pub mod quantity;
 pub mod validate;
 
+#[cfg(test)]
+mod probe_tests;
 #[cfg(test)]
 mod validate_tests;
