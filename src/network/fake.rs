@@ -25,6 +25,7 @@ struct State {
     attached: BTreeMap<String, IpAddr>,
     next: u8,
     fail_attach: Option<String>,
+    fail_detach: Option<String>,
     not_ready: Option<String>,
     pod_cidr: String,
 }
@@ -50,6 +51,10 @@ impl FakeNetwork {
     /// Makes the next attaches fail with `msg` (after allocating, as a failing chain would).
     pub fn fail_attach(&self, msg: &str) {
         self.st().fail_attach = Some(msg.to_string());
+    }
+    /// Makes detaches fail with `msg` (`None`: succeed again).
+    pub fn fail_detach(&self, msg: Option<&str>) {
+        self.st().fail_detach = msg.map(str::to_string);
     }
     /// Reports not ready with `msg`.
     pub fn set_not_ready(&self, msg: &str) {
@@ -100,6 +105,9 @@ impl Network for FakeNetwork {
     async fn detach(&self, pod: &PodNetwork) -> Result<()> {
         let mut st = self.st();
         st.calls.push(Call::Detach(pod.id.clone()));
+        if let Some(m) = &st.fail_detach {
+            return Err(Error::internal(m.clone()));
+        }
         st.attached.remove(&pod.id);
         Ok(())
     }

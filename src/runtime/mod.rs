@@ -5,6 +5,7 @@ mod handle;
 pub mod id;
 mod interactive;
 pub mod meta;
+mod network;
 pub mod paths;
 pub mod recover;
 pub mod reserve;
@@ -19,6 +20,8 @@ mod stop;
 pub mod store;
 pub mod table;
 
+#[cfg(test)]
+mod network_tests;
 #[cfg(test)]
 mod recover_tests;
 #[cfg(test)]
