@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod error;
 pub mod image;
 pub mod monitor;
+pub mod network;
 pub mod oci;
 pub mod pod;
 pub mod proto;

@@ -86,14 +86,7 @@ impl CriRuntime {
                 reason: String::new(),
                 message: String::new(),
             },
-            // Pod networking (CNI) lands with the networking issue; until then only hostNetwork
-            // pods are admissible, which is exactly what NetworkReady=false tells the kubelet.
-            pb::RuntimeCondition {
-                r#type: "NetworkReady".into(),
-                status: false,
-                reason: "NetworkPluginNotReady".into(),
-                message: "bosun: pod networking (CNI) is not available in this version".into(),
-            },
+            st::network_condition(&self.runtime.network_status()),
         ]
     }
 }
@@ -433,9 +426,19 @@ impl RuntimeService for CriRuntime {
 
     async fn update_runtime_config(
         &self,
-        _req: Request<pb::UpdateRuntimeConfigRequest>,
+        req: Request<pb::UpdateRuntimeConfigRequest>,
     ) -> Result<Response<pb::UpdateRuntimeConfigResponse>, Status> {
-        Err(unimplemented("UpdateRuntimeConfig"))
+        let cidr = req
+            .into_inner()
+            .runtime_config
+            .and_then(|c| c.network_config)
+            .map(|n| n.pod_cidr)
+            .unwrap_or_default();
+        let r = self.runtime.set_pod_cidr(&cidr);
+        reply(
+            "UpdateRuntimeConfig",
+            r.map(|()| pb::UpdateRuntimeConfigResponse {}),
+        )
     }
 
     async fn checkpoint_container(
@@ -599,5 +602,35 @@ mod tests {
         assert!(msg.contains("not installed"), "{msg}");
         let msg = checkpoint_unavailable(Some(std::path::Path::new("/usr/sbin/criu")));
         assert!(msg.contains("/usr/sbin/criu"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn update_runtime_config_records_the_pod_cidr_and_refuses_junk() {
+        let (_dir, cri) = service();
+        let req = |cidr: &str| {
+            Request::new(pb::UpdateRuntimeConfigRequest {
+                runtime_config: Some(pb::RuntimeConfig {
+                    network_config: Some(pb::NetworkConfig {
+                        pod_cidr: cidr.into(),
+                    }),
+                }),
+            })
+        };
+        cri.update_runtime_config(req("10.244.1.0/24"))
+            .await
+            .expect("valid CIDR");
+        let r = cri.update_runtime_config(req("10.244.1.0/99")).await;
+        assert_code(r, Code::InvalidArgument, "10.244.1.0/99");
+        let st = cri
+            .status(Request::new(pb::StatusRequest { verbose: false }))
+            .await
+            .expect("status")
+            .into_inner();
+        let conds = st.status.expect("status").conditions;
+        let net = conds
+            .iter()
+            .find(|c| c.r#type == "NetworkReady")
+            .expect("NetworkReady");
+        assert!(net.status, "{net:?}");
     }
 }

@@ -6,6 +6,7 @@ mod handle;
 pub mod id;
 mod interactive;
 pub mod meta;
+mod network;
 pub mod paths;
 pub mod recover;
 pub mod reserve;
@@ -20,6 +21,8 @@ mod stop;
 pub mod store;
 pub mod table;
 
+#[cfg(test)]
+mod network_tests;
 #[cfg(test)]
 mod recover_tests;
 #[cfg(test)]

@@ -87,6 +87,10 @@ impl Runtime {
             let meta = entry.meta();
             let state = entry.status().state();
             if state == SandboxState::NotReady {
+                // A stop that died between CNI DEL and its status write: finish the DEL.
+                if entry.status().network_attached {
+                    self.recover_network(&entry).await;
+                }
                 continue;
             }
             let ns = PodNamespaces::open(&paths::ns_dir(&meta.state_dir));
@@ -105,6 +109,9 @@ impl Runtime {
                 }) {
                     tracing::warn!(sandbox = %id, "recovery: {e}");
                 }
+                // Its IP goes back now (DEL runs from the network's record of the attach, so
+                // an ADD the crash interrupted is undone too, and a finished DEL is not rerun).
+                self.recover_network(&entry).await;
             }
         }
         tracing::info!(
@@ -113,6 +120,14 @@ impl Runtime {
             problems = problems.len(),
             "runtime state recovered"
         );
+    }
+
+    /// CNI DEL for a sandbox recovery found stopped; a failure is logged and left for
+    /// Stop/RemovePodSandbox, which retry it.
+    async fn recover_network(&self, entry: &crate::runtime::SandboxEntry) {
+        if let Err(e) = self.detach_network(entry).await {
+            tracing::warn!(sandbox = %entry.id(), "recovery: network teardown: {e}");
+        }
     }
 
     /// Whether runc says a container we recorded as CREATED is running.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::events::EventKind;
-use super::meta::{SandboxMeta, SandboxRequest};
+use super::meta::{SandboxEntry, SandboxMeta, SandboxRequest};
 use super::paths;
 use super::service::{require_id, Runtime};
 use super::status::{now_ns, SandboxState, SandboxStatus};
@@ -38,18 +38,29 @@ impl Runtime {
             self.state
                 .sandboxes
                 .create(reservation, meta, SandboxStatus::created(now_ns()))?;
-        let rt = self.clone();
-        let set_up = tokio::task::spawn_blocking(move || rt.set_up_sandbox(&id)).await;
-        let set_up = set_up
-            .map_err(|e| Error::internal(format!("sandbox set-up task: {e}")))
-            .and_then(|r| r);
         let id = entry.id().to_string();
-        let result = set_up.and_then(|pid| entry.update(|s| s.ready(now_ns(), pid)).map(drop));
-        if let Err(e) = result {
+        // Held while setting up, so a concurrent Stop/Remove waits for a consistent sandbox.
+        let lock = self.sandbox_lock(&id);
+        let guard = lock.write().await;
+        if let Err(e) = self.set_up_sandbox(&entry).await {
+            let e = e.context(format!("sandbox {id} ({})", entry.meta().request.pod.key()));
+            // Undo in reverse: network (DEL, while the netns still exists), then namespaces,
+            // files and the record.
+            if let Err(de) = self.detach_network(&entry).await {
+                // Keep the sandbox (NOTREADY) and its netns: Stop/RemovePodSandbox retry DEL.
+                let msg = format!("{e}; and the network teardown failed: {de}");
+                let _ = entry.update(|s| {
+                    s.message = msg.clone();
+                    s.stop(now_ns())
+                });
+                return Err(Error::new(e.kind(), msg));
+            }
             let _ = self.tear_down_sandbox(&id);
             let _ = self.state.sandboxes.remove(&id);
             let _ = std::fs::remove_dir_all(&dir);
-            return Err(e.context(format!("sandbox {id} ({})", entry.meta().request.pod.key())));
+            drop(guard);
+            self.drop_sandbox_lock(&id);
+            return Err(e);
         }
         tracing::info!(sandbox = %id, pod = %entry.meta().request.pod.key(), "sandbox ready");
         self.emit(EventKind::Created, &id, &id);
@@ -57,8 +68,32 @@ impl Runtime {
         Ok(id)
     }
 
-    /// Namespaces and pod files; returns the pid holder (0 without a pod pid namespace).
-    fn set_up_sandbox(&self, id: &str) -> Result<u32> {
+    /// Namespaces, then the pod network (CNI ADD in the pinned netns), then the pod files
+    /// (`hosts` with the pod's IPs), then READY with the addresses recorded.
+    async fn set_up_sandbox(self: &Arc<Self>, entry: &SandboxEntry) -> Result<()> {
+        let id = entry.id().to_string();
+        let meta = entry.meta();
+        let (rt, sid) = (self.clone(), id.clone());
+        let pid = tokio::task::spawn_blocking(move || rt.create_namespaces(&sid))
+            .await
+            .map_err(|e| Error::internal(format!("sandbox set-up task: {e}")))??;
+        let ips = self.attach_network(&id, meta).await?;
+        let (rt, sid, pod_ips) = (self.clone(), id.clone(), ips.clone());
+        tokio::task::spawn_blocking(move || rt.write_pod_files(&sid, &pod_ips))
+            .await
+            .map_err(|e| Error::internal(format!("sandbox set-up task: {e}")))??;
+        let attached = super::network::own_network(meta);
+        entry.update(|s| {
+            s.ready(now_ns(), pid)?;
+            s.ips = ips.iter().map(ToString::to_string).collect();
+            s.network_attached = attached;
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Pins the pod's namespaces; returns the pid holder (0 without a pod pid namespace).
+    fn create_namespaces(&self, id: &str) -> Result<u32> {
         let entry = self.state.sandboxes.get(id)?;
         let meta = entry.meta();
         let req = &meta.request;
@@ -77,18 +112,27 @@ impl Runtime {
         std::fs::create_dir_all(&meta.state_dir)
             .map_err(|e| Error::internal(format!("create {}: {e}", meta.state_dir.display())))?;
         let ns = PodNamespaces::create(&paths::ns_dir(&meta.state_dir), &opts)?;
+        Ok(ns.pid_holder.unwrap_or(0))
+    }
+
+    /// The pod's hostname, hosts (with `ips`) and resolv.conf files and its shm mount.
+    fn write_pod_files(&self, id: &str, ips: &[std::net::IpAddr]) -> Result<()> {
+        let entry = self.state.sandboxes.get(id)?;
+        let meta = entry.meta();
+        let req = &meta.request;
         let files = PodFilesConfig {
             hostname: meta.hostname.clone(),
+            ips: ips.to_vec(),
             dns: req.dns.as_ref().map(|d| DnsConfig {
                 servers: d.servers.clone(),
                 searches: d.searches.clone(),
                 options: d.options.clone(),
             }),
-            shm_size: own_ipc.then_some(self.config.shm_size),
+            shm_size: (req.ipc != NamespaceMode::Node).then_some(self.config.shm_size),
             ..PodFilesConfig::default()
         };
         PodFiles::write(&meta.state_dir, &files)?;
-        Ok(ns.pid_holder.unwrap_or(0))
+        Ok(())
     }
 
     /// Releases the namespaces and pod files (idempotent).
@@ -105,8 +149,8 @@ impl Runtime {
     }
 
     /// StopPodSandbox: kills every container of the pod at once (the kubelet has already given
-    /// them their grace), then releases the namespaces and the shm mount. Idempotent; unknown
-    /// ids succeed.
+    /// them their grace), detaches the pod network (CNI DEL, once), then releases the
+    /// namespaces and the shm mount. Idempotent; unknown ids succeed.
     pub async fn stop_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
         require_id("sandbox", id)?;
         let Some(entry) = self.find_sandbox(id)? else {
@@ -116,6 +160,10 @@ impl Runtime {
         let lock = self.sandbox_lock(&id);
         let _guard = lock.write().await;
         self.kill_pod_containers(&id).await?;
+        // CNI DEL before the netns goes; a failure keeps it (and the sandbox) for a retry.
+        self.detach_network(&entry)
+            .await
+            .map_err(|e| e.context(format!("sandbox {id}: stop: network teardown")))?;
         let rt = self.clone();
         let sid = id.clone();
         tokio::task::spawn_blocking(move || rt.tear_down_sandbox(&sid))

@@ -13,6 +13,7 @@ use super::table::Filter;
 use crate::config::Config;
 use crate::error::{Error, Result, ResultExt};
 use crate::image::service::Images;
+use crate::network::{Cni, FakeNetwork, Network};
 use crate::oci::{HostFacts, MonitorLauncher, OciRuntime, ProcessLauncher, Runc};
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -33,6 +34,8 @@ pub struct Runtime {
     pub(super) runc: Arc<dyn OciRuntime>,
     pub(super) launcher: Arc<dyn MonitorLauncher>,
     pub(super) host: HostFacts,
+    /// Pod networking (CNI).
+    pub(super) network: Arc<dyn Network>,
     /// The bosun binary run as `pinns` and `monitor`; `None`: this executable.
     pub(super) binary: Option<PathBuf>,
     pub(super) events: super::events::Events,
@@ -52,24 +55,40 @@ impl Runtime {
         std::fs::create_dir_all(&runc.tmp_dir)
             .ctx(|| format!("create {}", runc.tmp_dir.display()))?;
         let host = HostFacts::detect()?;
-        let rt = Self::with_parts(
+        let network = Cni::new(config.network.clone(), config.root.join("network"))?;
+        let rt = Self::with_network(
             config,
             images,
             Arc::new(runc),
             Arc::new(ProcessLauncher),
             host,
+            Arc::new(network),
         )?;
         rt.recover().await;
         Ok(rt)
     }
 
-    /// A runtime over explicit OS edges (fakes in unit tests); nothing is recovered.
+    /// A runtime over explicit OS edges (fakes in unit tests) and a [`FakeNetwork`]; nothing
+    /// is recovered.
     pub fn with_parts(
         config: Arc<Config>,
         images: Arc<Images>,
         runc: Arc<dyn OciRuntime>,
         launcher: Arc<dyn MonitorLauncher>,
         host: HostFacts,
+    ) -> Result<Arc<Runtime>> {
+        let network = Arc::new(FakeNetwork::default());
+        Self::with_network(config, images, runc, launcher, host, network)
+    }
+
+    /// [`Runtime::with_parts`] with an explicit network.
+    pub fn with_network(
+        config: Arc<Config>,
+        images: Arc<Images>,
+        runc: Arc<dyn OciRuntime>,
+        launcher: Arc<dyn MonitorLauncher>,
+        host: HostFacts,
+        network: Arc<dyn Network>,
     ) -> Result<Arc<Runtime>> {
         let layout = Layout::new(&config.root, &config.state);
         for dir in [
@@ -87,6 +106,7 @@ impl Runtime {
             runc,
             launcher,
             host,
+            network,
             binary: None,
             events: Default::default(),
             handles: Mutex::new(HashMap::new()),

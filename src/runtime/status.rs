@@ -252,6 +252,11 @@ pub struct SandboxStatus {
     pub resources: Option<crate::oci::Resources>,
     /// The pod overhead given with them.
     pub overhead: Option<crate::oci::Resources>,
+    /// The pod's addresses from CNI ADD, IPv4 first (empty: host network or not attached).
+    pub ips: Vec<String>,
+    /// The pod network is attached (ADD succeeded, DEL not yet). The network's own record
+    /// says what DEL must undo; this flag is what PodSandboxStatus reports from.
+    pub network_attached: bool,
 }
 
 impl SandboxStatus {

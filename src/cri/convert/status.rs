@@ -6,6 +6,7 @@ use super::container::mount_to_proto;
 use super::resources::resources_to_proto;
 use super::sandbox::{namespace_mode_to_proto, pod_metadata, unsorted};
 use super::signal::stop_signal_to_proto;
+use crate::network::NetworkStatus;
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::{
     ContainerMeta, ContainerState, ContainerStatus, SandboxMeta, SandboxState, SandboxStatus,
@@ -30,7 +31,31 @@ pub fn container_state_to_proto(state: ContainerState) -> pb::ContainerState {
     }
 }
 
-/// PodSandboxStatus. The pod IP stays empty until bosun has pod networking.
+/// The pod's addresses while its network is attached: the first (IPv4 when there is one) as
+/// `ip`, the others as `additional_ips`; empty for host network and after StopPodSandbox.
+pub fn sandbox_network(status: &SandboxStatus) -> pb::PodSandboxNetworkStatus {
+    if !status.network_attached {
+        return pb::PodSandboxNetworkStatus::default();
+    }
+    let mut ips = status.ips.iter();
+    pb::PodSandboxNetworkStatus {
+        ip: ips.next().cloned().unwrap_or_default(),
+        additional_ips: ips.map(|ip| pb::PodIp { ip: ip.clone() }).collect(),
+    }
+}
+
+/// The Status RPC's NetworkReady condition. When ready the message names the network and
+/// where its config comes from; when not, reason `NetworkPluginNotReady` and what is wrong.
+pub fn network_condition(net: &NetworkStatus) -> pb::RuntimeCondition {
+    pb::RuntimeCondition {
+        r#type: "NetworkReady".into(),
+        status: net.ready,
+        reason: net.reason.clone(),
+        message: net.message.clone(),
+    }
+}
+
+/// PodSandboxStatus.
 pub fn sandbox_status(
     id: &str,
     meta: &SandboxMeta,
@@ -42,7 +67,7 @@ pub fn sandbox_status(
         metadata: Some(pod_metadata(&req.pod)),
         state: sandbox_state_to_proto(status.state()) as i32,
         created_at: status.created_ns,
-        network: Some(pb::PodSandboxNetworkStatus::default()),
+        network: Some(sandbox_network(status)),
         linux: Some(pb::LinuxPodSandboxStatus {
             namespaces: Some(pb::Namespace {
                 options: Some(pb::NamespaceOption {

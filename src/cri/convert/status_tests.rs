@@ -286,3 +286,34 @@ fn status_reports_the_stop_signal_a_stop_would_send() {
         "CRI's stop_signal wins"
     );
 }
+
+#[test]
+fn sandbox_network_reports_ips_only_while_attached() {
+    let mut st = sandbox_status_at(1, 2, 0, false);
+    st.ips = vec!["10.86.0.5".into(), "fd86::5".into()];
+    st.network_attached = true;
+    let n = sandbox_network(&st);
+    assert_eq!(n.ip, "10.86.0.5");
+    assert_eq!(
+        n.additional_ips,
+        [pb::PodIp {
+            ip: "fd86::5".into()
+        }]
+    );
+    st.network_attached = false;
+    assert_eq!(sandbox_network(&st), pb::PodSandboxNetworkStatus::default());
+}
+
+#[test]
+fn network_condition_carries_readiness_reason_and_message() {
+    let c = network_condition(&crate::network::NetworkStatus {
+        ready: false,
+        name: String::new(),
+        reason: "NetworkPluginNotReady".into(),
+        message: "CNI config /x/10-a.conflist: bad JSON".into(),
+    });
+    assert_eq!(c.r#type, "NetworkReady");
+    assert!(!c.status);
+    assert_eq!(c.reason, "NetworkPluginNotReady");
+    assert!(c.message.contains("10-a.conflist"));
+}

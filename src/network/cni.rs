@@ -1,0 +1,392 @@
+//! The real [`Network`]: the conf dir (or the embedded default) and CNI plugins run per the spec,
+//! with a per-sandbox record on disk of what was attached, so DEL runs exactly until it succeeds.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::conf::{self, NetworkList};
+use super::invoke::{self, Command};
+use super::{
+    cidr, embedded, result, Attachment, Network, NetworkStatus, PodNetwork, POD_IFNAME,
+    REASON_NOT_READY,
+};
+use crate::config::NetworkConfig;
+use crate::error::{Error, Result, ResultExt};
+use crate::store::atomic::write_json;
+
+/// One network attached on one interface.
+#[derive(Debug, Clone)]
+struct Step {
+    list: NetworkList,
+    ifname: String,
+}
+
+/// The networks pods are attached to, in order, and where they come from.
+#[derive(Debug)]
+struct Resolved {
+    /// The pod network's name (the last step's).
+    name: String,
+    /// The config file, or a description of the embedded default.
+    source: String,
+    steps: Vec<Step>,
+}
+
+/// What the conf dir looked like when it was last read: file names, mtimes, sizes, pod CIDR.
+type Fingerprint = (Vec<(PathBuf, Option<SystemTime>, u64)>, Option<String>);
+
+struct Loaded {
+    key: Fingerprint,
+    outcome: std::result::Result<Arc<Resolved>, Error>,
+}
+
+/// What a sandbox was attached with (`<cache>/<id>.json`), written before the first ADD and
+/// removed after a successful DEL.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    network: String,
+    steps: Vec<RecordStep>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RecordStep {
+    ifname: String,
+    list: Value,
+    #[serde(default)]
+    result: Option<Value>,
+}
+
+/// CNI plugins on the conf dir's network or the embedded default.
+pub struct Cni {
+    cfg: NetworkConfig,
+    cache_dir: PathBuf,
+    timeout: Duration,
+    loaded: Mutex<Option<Loaded>>,
+    pod_cidr: Mutex<Option<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Cni {
+    /// CNI with `cfg`; per-sandbox records and the pod CIDR are kept in `cache_dir`.
+    pub fn new(cfg: NetworkConfig, cache_dir: PathBuf) -> Result<Cni> {
+        std::fs::create_dir_all(&cache_dir).ctx(|| format!("create {}", cache_dir.display()))?;
+        let pod_cidr = std::fs::read_to_string(cache_dir.join("pod-cidr"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        Ok(Cni {
+            timeout: Duration::from_secs(cfg.plugin_timeout_secs.max(1)),
+            cfg,
+            cache_dir,
+            loaded: Mutex::new(None),
+            pod_cidr: Mutex::new(pod_cidr),
+        })
+    }
+
+    /// Sets the per-plugin-call timeout (tests).
+    pub fn with_timeout(mut self, timeout: Duration) -> Cni {
+        self.timeout = timeout;
+        self
+    }
+
+    fn record_path(&self, id: &str) -> PathBuf {
+        self.cache_dir.join(format!("{id}.json"))
+    }
+
+    /// The networks to attach, re-read when the conf dir's files or the pod CIDR changed.
+    fn resolve(&self) -> Result<Arc<Resolved>> {
+        let files = conf::config_files(&self.cfg.conf_dir)?;
+        let key: Fingerprint = (
+            files
+                .iter()
+                .map(|f| {
+                    let m = std::fs::metadata(f).ok();
+                    let mtime = m.as_ref().and_then(|m| m.modified().ok());
+                    (f.clone(), mtime, m.map(|m| m.len()).unwrap_or(0))
+                })
+                .collect(),
+            lock(&self.pod_cidr).clone(),
+        );
+        let mut loaded = lock(&self.loaded);
+        if let Some(l) = loaded.as_ref().filter(|l| l.key == key) {
+            return l.outcome.clone();
+        }
+        let outcome = self.load(&files, key.1.as_deref()).map(Arc::new);
+        if let Err(e) = &outcome {
+            tracing::warn!("CNI config: {e}");
+        }
+        *loaded = Some(Loaded {
+            key,
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    fn load(&self, files: &[PathBuf], pod_cidr: Option<&str>) -> Result<Resolved> {
+        let Some(first) = files.first() else {
+            let list = embedded::pod_network(&self.cfg, pod_cidr)?;
+            let subnets = pod_cidr.unwrap_or(&self.cfg.subnet);
+            return Ok(Resolved {
+                name: list.name.clone(),
+                source: format!(
+                    "embedded default (no config in {}): bridge {}, subnet {subnets}",
+                    self.cfg.conf_dir.display(),
+                    self.cfg.bridge
+                ),
+                steps: vec![
+                    Step {
+                        list: embedded::loopback()?,
+                        ifname: "lo".into(),
+                    },
+                    Step {
+                        list,
+                        ifname: POD_IFNAME.into(),
+                    },
+                ],
+            });
+        };
+        let list = conf::load_file(first)?;
+        Ok(Resolved {
+            name: list.name.clone(),
+            source: first.display().to_string(),
+            steps: vec![Step {
+                list,
+                ifname: POD_IFNAME.into(),
+            }],
+        })
+    }
+
+    /// Every plugin (and IPAM plugin) of `r` exists in the bin dirs.
+    fn check_binaries(&self, r: &Resolved) -> Result<()> {
+        for step in &r.steps {
+            for (i, p) in step.list.plugins.iter().enumerate() {
+                let ipam = p
+                    .get("ipam")
+                    .and_then(|i| i.get("type"))
+                    .and_then(Value::as_str);
+                for t in std::iter::once(step.list.plugin_type(i)).chain(ipam) {
+                    invoke::find_plugin(t, &self.cfg.bin_dirs).map_err(|e| {
+                        e.context(format!("network {:?} ({})", step.list.name, r.source))
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The usable networks, or FailedPrecondition saying why not.
+    fn ready(&self) -> Result<Arc<Resolved>> {
+        let r = self.resolve().map_err(not_ready)?;
+        self.check_binaries(&r).map_err(not_ready)?;
+        Ok(r)
+    }
+
+    /// Runs `cmd` for every plugin of `list` (DEL in reverse); ADD chains each result into the
+    /// next plugin's prevResult and returns the last.
+    async fn run_list(
+        &self,
+        cmd: Command,
+        list: &NetworkList,
+        ifname: &str,
+        pod: &PodNetwork,
+        prev: Option<Value>,
+    ) -> Result<Option<Value>> {
+        let runtime = runtime_config(pod);
+        let netns = if cmd == Command::Del && !pod.netns.exists() {
+            PathBuf::new()
+        } else {
+            pod.netns.clone()
+        };
+        let env_base = invoke::env(cmd, pod, ifname, &netns, &self.cfg.bin_dirs);
+        let order: Vec<usize> = match cmd {
+            Command::Del => (0..list.plugins.len()).rev().collect(),
+            _ => (0..list.plugins.len()).collect(),
+        };
+        let mut prev = prev;
+        for i in order {
+            let t = list.plugin_type(i);
+            let bin = invoke::find_plugin(t, &self.cfg.bin_dirs)?;
+            let stdin = list.plugin_stdin(i, prev.as_ref(), &runtime);
+            let out = invoke::run(&bin, &env_base, stdin.to_string().as_bytes(), self.timeout)
+                .await
+                .map_err(|e| e.context(format!("network {:?}", list.name)))?;
+            if cmd == Command::Add {
+                let v: Value = serde_json::from_slice(&out).map_err(|e| {
+                    Error::internal(format!(
+                        "network {:?}: CNI plugin {t} ADD: bad result: {e}",
+                        list.name
+                    ))
+                })?;
+                prev = Some(v);
+            }
+        }
+        Ok(prev)
+    }
+
+    async fn write_record(&self, id: &str, rec: &Record) -> Result<()> {
+        let path = self.record_path(id);
+        let rec = rec.clone();
+        tokio::task::spawn_blocking(move || write_json(&path, &rec))
+            .await
+            .map_err(|e| Error::internal(format!("write CNI record: {e}")))?
+    }
+
+    fn read_record(&self, id: &str) -> Result<Option<Record>> {
+        let path = self.record_path(id);
+        match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| Error::internal(format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::internal(format!("read {}: {e}", path.display()))),
+        }
+    }
+}
+
+fn not_ready(e: Error) -> Error {
+    Error::precondition(format!("pod network not ready: {e}"))
+}
+
+/// The runtimeConfig values a pod offers; each plugin gets the ones it declares.
+fn runtime_config(pod: &PodNetwork) -> Map<String, Value> {
+    let mut m = Map::new();
+    if !pod.port_mappings.is_empty() {
+        m.insert(
+            "portMappings".into(),
+            serde_json::to_value(&pod.port_mappings).unwrap_or_default(),
+        );
+    }
+    if let Some(dns) = &pod.dns {
+        m.insert("dns".into(), serde_json::to_value(dns).unwrap_or_default());
+    }
+    if let Some(bw) = &pod.bandwidth {
+        m.insert(
+            "bandwidth".into(),
+            serde_json::to_value(bw).unwrap_or_default(),
+        );
+    }
+    if !pod.ips.is_empty() {
+        m.insert(
+            "ips".into(),
+            serde_json::to_value(&pod.ips).unwrap_or_default(),
+        );
+    }
+    m
+}
+
+#[tonic::async_trait]
+impl Network for Cni {
+    fn status(&self) -> NetworkStatus {
+        match self.ready() {
+            Ok(r) => NetworkStatus {
+                ready: true,
+                name: r.name.clone(),
+                reason: String::new(),
+                message: format!("network {:?} from {}", r.name, r.source),
+            },
+            Err(e) => NetworkStatus {
+                ready: false,
+                name: String::new(),
+                reason: REASON_NOT_READY.into(),
+                message: e.message().to_string(),
+            },
+        }
+    }
+
+    async fn attach(&self, pod: &PodNetwork) -> Result<Attachment> {
+        let r = self.ready()?;
+        let mut rec = Record {
+            network: r.name.clone(),
+            steps: r
+                .steps
+                .iter()
+                .map(|s| RecordStep {
+                    ifname: s.ifname.clone(),
+                    list: s.list.raw.clone(),
+                    result: None,
+                })
+                .collect(),
+        };
+        // Recorded before the first ADD: whatever happens next, DEL knows what to undo.
+        self.write_record(&pod.id, &rec).await?;
+        let mut final_result = None;
+        for (i, step) in r.steps.iter().enumerate() {
+            let res = self
+                .run_list(Command::Add, &step.list, &step.ifname, pod, None)
+                .await?;
+            if let Some(s) = rec.steps.get_mut(i) {
+                s.result = res.clone();
+            }
+            if step.ifname == POD_IFNAME {
+                final_result = res;
+            }
+        }
+        self.write_record(&pod.id, &rec).await?;
+        let ips = match &final_result {
+            Some(v) => {
+                result::pod_ips(v).map_err(|e| e.context(format!("network {:?}", r.name)))?
+            }
+            None => Vec::new(),
+        };
+        Ok(Attachment {
+            network: r.name.clone(),
+            ips,
+        })
+    }
+
+    async fn detach(&self, pod: &PodNetwork) -> Result<()> {
+        let Some(rec) = self.read_record(&pod.id)? else {
+            return Ok(());
+        };
+        for step in rec.steps.iter().rev() {
+            let list = NetworkList::from_raw(&step.list)?;
+            self.run_list(Command::Del, &list, &step.ifname, pod, step.result.clone())
+                .await?;
+        }
+        match std::fs::remove_file(self.record_path(&pod.id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::internal(format!(
+                "remove CNI record of {}: {e}",
+                pod.id
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    async fn check(&self, pod: &PodNetwork) -> Result<()> {
+        let rec = self
+            .read_record(&pod.id)?
+            .ok_or_else(|| Error::not_found(format!("sandbox {}: not attached", pod.id)))?;
+        for step in &rec.steps {
+            let list = NetworkList::from_raw(&step.list)?;
+            if list.supports_check() {
+                self.run_list(
+                    Command::Check,
+                    &list,
+                    &step.ifname,
+                    pod,
+                    step.result.clone(),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn set_pod_cidr(&self, value: &str) -> Result<()> {
+        let value = value.trim();
+        if !value.is_empty() {
+            cidr::parse_list(value).map_err(|e| e.context("pod CIDR"))?;
+        }
+        let path = self.cache_dir.join("pod-cidr");
+        crate::store::atomic::write_atomic(&path, value.as_bytes())?;
+        *lock(&self.pod_cidr) = (!value.is_empty()).then(|| value.to_string());
+        tracing::info!(pod_cidr = value, "pod CIDR recorded");
+        Ok(())
+    }
+}

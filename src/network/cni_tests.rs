@@ -1,0 +1,295 @@
+//! Tests of [`Cni`] with recording shell-script plugins: conf dir choice and reload, chaining,
+//! DEL order and exactly-once, capabilities, readiness, the pod CIDR.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::*;
+use crate::config::NetworkConfig;
+
+/// A plugin that logs `type COMMAND IFNAME CNI_ARGS` and its stdin, and answers ADD with a
+/// result naming itself in `dns.domain` and address `10.9.0.<n>/24` (`n` from `$N`).
+const RECORDER: &str = r#"#!/bin/sh
+in=$(cat)
+t=$(basename "$0")
+printf '%s %s %s %s\n%s\n' "$t" "$CNI_COMMAND" "$CNI_IFNAME" "$CNI_ARGS" "$in" >> "$(dirname "$0")/calls.log"
+if [ "$CNI_COMMAND" = ADD ]; then
+  printf '{"cniVersion":"1.0.0","interfaces":[{"name":"%s","sandbox":"%s"}],"ips":[{"interface":0,"address":"10.9.0.7/24"},{"interface":0,"address":"fd09::7/64"}],"dns":{"domain":"%s"}}' "$CNI_IFNAME" "$CNI_NETNS" "$t"
+fi
+"#;
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(plugins: &[&str]) -> Env {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir_all(dir.path().join("bin")).expect("bin");
+        std::fs::create_dir_all(dir.path().join("net.d")).expect("net.d");
+        for p in plugins {
+            let path = dir.path().join("bin").join(p);
+            std::fs::write(&path, RECORDER).expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        Env { dir }
+    }
+    fn conf_dir(&self) -> PathBuf {
+        self.dir.path().join("net.d")
+    }
+    fn cfg(&self) -> NetworkConfig {
+        NetworkConfig {
+            conf_dir: self.conf_dir(),
+            bin_dirs: vec![
+                self.dir.path().join("nothing-here"),
+                self.dir.path().join("bin"),
+            ],
+            data_dir: self.dir.path().join("ipam"),
+            masquerade: false,
+            ..NetworkConfig::default()
+        }
+    }
+    fn cni(&self) -> Cni {
+        Cni::new(self.cfg(), self.dir.path().join("cache")).expect("cni")
+    }
+    fn write_conf(&self, name: &str, text: &str) {
+        std::fs::write(self.conf_dir().join(name), text).expect("conf");
+    }
+    /// (type, command, ifname, args, stdin) per call.
+    fn calls(&self) -> Vec<(String, String, String, String, Value)> {
+        let text =
+            std::fs::read_to_string(self.dir.path().join("bin/calls.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines
+            .chunks(2)
+            .map(|c| {
+                let mut head = c[0].splitn(4, ' ').map(str::to_string);
+                let mut next = || head.next().unwrap_or_default();
+                let (t, cmd, ifname, args) = (next(), next(), next(), next());
+                let stdin = serde_json::from_str(c.get(1).copied().unwrap_or("null"))
+                    .unwrap_or(Value::Null);
+                (t, cmd, ifname, args, stdin)
+            })
+            .collect()
+    }
+    fn clear_calls(&self) {
+        let _ = std::fs::remove_file(self.dir.path().join("bin/calls.log"));
+    }
+}
+
+fn pod(id: &str) -> PodNetwork {
+    PodNetwork {
+        id: id.into(),
+        netns: PathBuf::from("/proc/self/ns/net"),
+        name: "web".into(),
+        namespace: "ns1".into(),
+        uid: "uid-1".into(),
+        port_mappings: vec![PortMap {
+            host_port: 8080,
+            container_port: 80,
+            protocol: "tcp".into(),
+            host_ip: String::new(),
+        }],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn embedded_default_runs_loopback_then_bridge_and_portmap_chained() {
+    let env = Env::new(&["loopback", "bridge", "host-local", "portmap"]);
+    let cni = env.cni();
+    let st = cni.status();
+    assert!(st.ready, "{st:?}");
+    assert_eq!(st.name, "bosun");
+    assert!(st.message.contains("embedded default"), "{st:?}");
+    let a = cni.attach(&pod("sb1")).await.expect("attach");
+    let ips: Vec<String> = a.ips.iter().map(|i| i.to_string()).collect();
+    assert_eq!(ips, ["10.9.0.7", "fd09::7"]);
+    let calls = env.calls();
+    let seq: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|c| (c.0.as_str(), c.1.as_str(), c.2.as_str()))
+        .collect();
+    assert_eq!(
+        seq,
+        [
+            ("loopback", "ADD", "lo"),
+            ("bridge", "ADD", "eth0"),
+            ("portmap", "ADD", "eth0")
+        ]
+    );
+    let args = &calls[1].3;
+    assert!(
+        args.contains("K8S_POD_NAMESPACE=ns1") && args.contains("K8S_POD_INFRA_CONTAINER_ID=sb1"),
+        "{args}"
+    );
+    // bridge: no prevResult, no runtimeConfig; portmap: bridge's result and the mappings.
+    assert!(calls[1].4.get("prevResult").is_none());
+    assert!(calls[1].4.get("runtimeConfig").is_none());
+    assert_eq!(calls[1].4["ipam"]["type"], "host-local");
+    assert_eq!(calls[2].4["prevResult"]["dns"]["domain"], "bridge");
+    assert_eq!(
+        calls[2].4["runtimeConfig"]["portMappings"][0]["hostPort"],
+        8080
+    );
+    assert_eq!(calls[2].4["name"], "bosun");
+
+    // DEL: reverse order (pod network first, its plugins reversed, then loopback), with the
+    // recorded final result as prevResult; exactly once.
+    env.clear_calls();
+    cni.detach(&pod("sb1")).await.expect("detach");
+    let calls = env.calls();
+    let seq: Vec<(&str, &str)> = calls.iter().map(|c| (c.0.as_str(), c.1.as_str())).collect();
+    assert_eq!(
+        seq,
+        [("portmap", "DEL"), ("bridge", "DEL"), ("loopback", "DEL")]
+    );
+    assert_eq!(calls[0].4["prevResult"]["dns"]["domain"], "portmap");
+    env.clear_calls();
+    cni.detach(&pod("sb1")).await.expect("second detach");
+    assert!(
+        env.calls().is_empty(),
+        "a second detach ran plugins: {:?}",
+        env.calls()
+    );
+}
+
+#[tokio::test]
+async fn lowest_named_file_wins_and_changes_are_picked_up() {
+    let env = Env::new(&["bridge", "portmap", "ptp"]);
+    env.write_conf(
+        "20-b.conflist",
+        r#"{"cniVersion":"1.0.0","name":"bee","plugins":[{"type":"bridge"}]}"#,
+    );
+    env.write_conf(
+        "10-a.conf",
+        r#"{"cniVersion":"0.4.0","name":"ay","type":"ptp"}"#,
+    );
+    let cni = env.cni();
+    assert_eq!(cni.status().name, "ay");
+    cni.attach(&pod("sb2")).await.expect("attach");
+    assert_eq!(env.calls()[0].0, "ptp");
+    cni.check(&pod("sb2")).await.expect("check (0.4.0)");
+    assert_eq!(
+        env.calls().last().map(|c| c.1.clone()).as_deref(),
+        Some("CHECK")
+    );
+    // The winner goes away: the next file is used; the attached pod is still DELed with the
+    // config it was attached with.
+    std::fs::remove_file(env.conf_dir().join("10-a.conf")).expect("rm");
+    let st = cni.status();
+    assert_eq!(st.name, "bee", "{st:?}");
+    env.clear_calls();
+    cni.detach(&pod("sb2")).await.expect("detach");
+    assert_eq!(env.calls()[0].0, "ptp");
+    // Broken JSON in the lowest name: not ready, the message names the file.
+    env.write_conf("05-bad.conflist", "{ nope");
+    let st = cni.status();
+    assert!(!st.ready, "{st:?}");
+    assert_eq!(st.reason, REASON_NOT_READY);
+    assert!(st.message.contains("05-bad.conflist"), "{st:?}");
+    let e = cni.attach(&pod("sb3")).await.expect_err("not ready");
+    assert_eq!(e.kind(), crate::error::ErrorKind::FailedPrecondition, "{e}");
+    // Fixed again: ready, without restarting anything.
+    env.write_conf(
+        "05-bad.conflist",
+        r#"{"cniVersion":"1.0.0","name":"fixed","plugins":[{"type":"portmap"}]}"#,
+    );
+    assert_eq!(cni.status().name, "fixed");
+}
+
+#[tokio::test]
+async fn a_missing_plugin_makes_the_network_not_ready_naming_it() {
+    let env = Env::new(&["loopback", "bridge", "portmap"]); // no host-local
+    let st = env.cni().status();
+    assert!(!st.ready, "{st:?}");
+    assert!(st.message.contains("\"host-local\" not found"), "{st:?}");
+    env.write_conf(
+        "10-x.conflist",
+        r#"{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"nosuch"}]}"#,
+    );
+    let st = env.cni().status();
+    assert!(
+        st.message.contains("\"nosuch\"") && st.message.contains("10-x.conflist"),
+        "{st:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_plugin_fails_attach_and_detach_undoes_what_ran() {
+    let env = Env::new(&["bridge"]);
+    let fail = env.dir.path().join("bin/fail");
+    std::fs::write(
+        &fail,
+        "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"code\":11,\"msg\":\"no more addresses\"}'; exit 1; fi\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&fail, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    env.write_conf(
+        "10-f.conflist",
+        r#"{"cniVersion":"1.0.0","name":"f","plugins":[{"type":"bridge"},{"type":"fail"}]}"#,
+    );
+    let cni = env.cni();
+    let e = cni.attach(&pod("sb4")).await.expect_err("fails");
+    assert!(e.to_string().contains("no more addresses"), "{e}");
+    env.clear_calls();
+    cni.detach(&pod("sb4")).await.expect("detach");
+    let calls = env.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(
+        (calls[0].0.as_str(), calls[0].1.as_str()),
+        ("bridge", "DEL")
+    );
+}
+
+#[tokio::test]
+async fn a_slow_plugin_times_out_without_blocking_other_calls() {
+    let env = Env::new(&["bridge"]);
+    let slow = env.dir.path().join("bin/slow");
+    std::fs::write(&slow, "#!/bin/sh\ncat >/dev/null\nexec sleep 30\n").expect("write");
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    env.write_conf(
+        "10-s.conflist",
+        r#"{"cniVersion":"1.0.0","name":"s","plugins":[{"type":"slow"}]}"#,
+    );
+    let cni = std::sync::Arc::new(env.cni().with_timeout(Duration::from_millis(1500)));
+    let c2 = cni.clone();
+    let slow_attach = tokio::spawn(async move { c2.attach(&pod("sb5")).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Status and other sandboxes' DELs go on meanwhile.
+    let t = std::time::Instant::now();
+    assert!(cni.status().ready);
+    cni.detach(&pod("other")).await.expect("detach other");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    let e = slow_attach.await.expect("join").expect_err("timeout");
+    assert_eq!(e.kind(), crate::error::ErrorKind::DeadlineExceeded, "{e}");
+}
+
+#[tokio::test]
+async fn pod_cidr_replaces_the_subnet_and_survives_a_restart() {
+    let env = Env::new(&["loopback", "bridge", "host-local", "portmap"]);
+    let cni = env.cni();
+    cni.set_pod_cidr("10.44.1.0/24,fd44::/64").expect("set");
+    assert!(cni.set_pod_cidr("banana").is_err());
+    cni.attach(&pod("sb6")).await.expect("attach");
+    let bridge = env
+        .calls()
+        .into_iter()
+        .find(|c| c.0 == "bridge")
+        .expect("bridge call");
+    assert_eq!(
+        bridge.4["ipam"]["ranges"],
+        serde_json::json!([[{"subnet": "10.44.1.0/24"}], [{"subnet": "fd44::/64"}]])
+    );
+    let again = env.cni();
+    assert!(again.status().message.contains("10.44.1.0/24,fd44::/64"));
+    again.set_pod_cidr("").expect("clear");
+    assert!(env.cni().status().message.contains("10.86.0.0/16"));
+}

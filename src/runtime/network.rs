@@ -1,0 +1,92 @@
+//! The sandbox side of pod networking: what CNI is told about a pod, attach/detach around the
+//! pinned netns, and the NetworkReady / pod CIDR calls.
+
+use std::net::IpAddr;
+
+use super::meta::{SandboxEntry, SandboxMeta};
+use super::paths;
+use super::service::Runtime;
+use crate::error::Result;
+use crate::network::{DnsCap, NetworkStatus, PodNetwork, PortMap};
+use crate::oci::NamespaceMode;
+
+/// What CNI gets for sandbox `id`: the pinned netns, the pod's names, its hostPort mappings
+/// (those with a host port, protocol lower-cased as portmap wants) and DNS config.
+pub(super) fn pod_network(id: &str, meta: &SandboxMeta) -> PodNetwork {
+    let req = &meta.request;
+    PodNetwork {
+        id: id.to_string(),
+        netns: paths::ns_dir(&meta.state_dir).join("net"),
+        name: req.pod.name.clone(),
+        namespace: req.pod.namespace.clone(),
+        uid: req.pod.uid.clone(),
+        port_mappings: req
+            .port_mappings
+            .iter()
+            .filter(|p| p.host_port > 0)
+            .map(|p| PortMap {
+                host_port: p.host_port,
+                container_port: p.container_port,
+                protocol: match p.protocol.to_ascii_lowercase() {
+                    proto if proto.is_empty() => "tcp".into(),
+                    proto => proto,
+                },
+                host_ip: p.host_ip.clone(),
+            })
+            .collect(),
+        dns: req.dns.as_ref().map(|d| DnsCap {
+            servers: d.servers.clone(),
+            searches: d.searches.clone(),
+            options: d.options.clone(),
+        }),
+        bandwidth: None,
+        ips: Vec::new(),
+    }
+}
+
+/// Whether the sandbox has its own network namespace (hostNetwork pods skip CNI).
+pub(super) fn own_network(meta: &SandboxMeta) -> bool {
+    meta.request.network != NamespaceMode::Node
+}
+
+impl Runtime {
+    /// The Status RPC's NetworkReady.
+    pub fn network_status(&self) -> NetworkStatus {
+        self.network.status()
+    }
+
+    /// UpdateRuntimeConfig: records the node's pod CIDR(s) for the embedded default network.
+    pub fn set_pod_cidr(&self, cidr: &str) -> Result<()> {
+        self.network.set_pod_cidr(cidr)
+    }
+
+    /// CNI ADD for the sandbox; its addresses (none for host network).
+    pub(super) async fn attach_network(&self, id: &str, meta: &SandboxMeta) -> Result<Vec<IpAddr>> {
+        if !own_network(meta) {
+            return Ok(Vec::new());
+        }
+        let a = self.network.attach(&pod_network(id, meta)).await?;
+        tracing::info!(sandbox = %id, network = %a.network, ips = ?a.ips, "pod network attached");
+        Ok(a.ips)
+    }
+
+    /// CNI DEL for the sandbox (a no-op when nothing is attached), then clears the recorded
+    /// addresses. Runs before the netns is released; idempotent.
+    pub(super) async fn detach_network(&self, entry: &SandboxEntry) -> Result<()> {
+        let meta = entry.meta();
+        if !own_network(meta) {
+            return Ok(());
+        }
+        self.network.detach(&pod_network(entry.id(), meta)).await?;
+        let st = entry.status();
+        if st.network_attached || !st.ips.is_empty() {
+            entry.update(|s| {
+                s.network_attached = false;
+                s.ips.clear();
+                Ok(())
+            })?;
+            tracing::info!(sandbox = %entry.id(), "pod network detached");
+        }
+        Ok(())
+    }
+}
