@@ -35,6 +35,8 @@ pub struct Runtime {
     pub(super) host: HostFacts,
     /// The bosun binary run as `pinns` and `monitor`; `None`: this executable.
     pub(super) binary: Option<PathBuf>,
+    /// Stats state: cgroup reader, CPU samples, writable layer usage.
+    pub(super) stats: super::stats::StatsState,
     handles: Mutex<HashMap<String, Arc<Handle>>>,
     sandbox_locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
 }
@@ -87,6 +89,7 @@ impl Runtime {
             launcher,
             host,
             binary: None,
+            stats: super::stats::StatsState::new(),
             handles: Mutex::new(HashMap::new()),
             sandbox_locks: Mutex::new(HashMap::new()),
         }))
