@@ -179,10 +179,14 @@ impl Runtime {
         self: &Arc<Self>,
         filter: &Filter<ContainerState>,
     ) -> Result<Vec<ContainerStats>> {
-        let filter = Filter {
+        let mut filter = Filter {
             states: Vec::new(),
             ..filter.clone()
         };
+        // A sandbox id prefix is resolved to the full id, as ListContainers does.
+        if let Some(full) = filter.pod_id.as_deref().and_then(|p| self.sandbox(p).ok()) {
+            filter.pod_id = Some(full.id().to_string());
+        }
         let entries = self.list_containers(&filter);
         self.forget_departed();
         self.collect_containers(entries).await

@@ -7,6 +7,7 @@ pub mod resources;
 pub mod sandbox;
 pub mod security;
 pub mod signal;
+pub mod stats;
 pub mod status;
 
 #[cfg(test)]
@@ -23,6 +24,8 @@ mod sandbox_tests;
 mod security_tests;
 #[cfg(test)]
 mod signal_tests;
+#[cfg(test)]
+mod stats_tests;
 #[cfg(test)]
 mod status_tests;
 
