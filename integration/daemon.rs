@@ -179,13 +179,11 @@ fn unserved_rpcs_say_unimplemented() -> anyhow::Result<()> {
         let err = d
             .runtime()
             .await?
-            .container_stats(pb::ContainerStatsRequest {
-                container_id: "x".into(),
-            })
+            .stream_pod_sandbox_metrics(pb::StreamPodSandboxMetricsRequest {})
             .await
             .expect_err("not served yet");
         ensure!(err.code() == tonic::Code::Unimplemented, "{err:?}");
-        ensure!(err.message().contains("ContainerStats"), "{err:?}");
+        ensure!(err.message().contains("StreamPodSandboxMetrics"), "{err:?}");
         Ok(())
     })
 }

@@ -1,6 +1,7 @@
 //! bosun: a Kubernetes CRI v1 runtime for test nodes, CI runners and kind images.
 
 pub mod api;
+pub mod cgroups;
 pub mod cli;
 pub mod config;
 pub mod cri;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::config::{CgroupDriver, Config};
-use crate::cri::convert::{container, event, exec, filter, resources, sandbox, status as st};
+use crate::cri::convert::{
+    container, event, exec, filter, resources, sandbox, stats, status as st,
+};
 use crate::cri::status::{checkpoint_unavailable, reply, to_status, unimplemented};
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::Runtime;
@@ -380,16 +382,26 @@ impl RuntimeService for CriRuntime {
 
     async fn container_stats(
         &self,
-        _req: Request<pb::ContainerStatsRequest>,
+        req: Request<pb::ContainerStatsRequest>,
     ) -> Result<Response<pb::ContainerStatsResponse>, Status> {
-        Err(unimplemented("ContainerStats"))
+        let id = req.into_inner().container_id;
+        let r = self.runtime.container_stats(&id).await;
+        let r = r.map(|s| pb::ContainerStatsResponse {
+            stats: Some(stats::container_stats(&s)),
+        });
+        reply("ContainerStats", r)
     }
 
     async fn list_container_stats(
         &self,
-        _req: Request<pb::ListContainerStatsRequest>,
+        req: Request<pb::ListContainerStatsRequest>,
     ) -> Result<Response<pb::ListContainerStatsResponse>, Status> {
-        Err(unimplemented("ListContainerStats"))
+        let f = stats::container_filter(req.into_inner().filter);
+        let r = self.runtime.list_container_stats(&f).await;
+        let r = r.map(|all| pb::ListContainerStatsResponse {
+            stats: all.iter().map(stats::container_stats).collect(),
+        });
+        reply("ListContainerStats", r)
     }
 
     type StreamContainerStatsStream = Unimplemented<pb::StreamContainerStatsResponse>;
@@ -403,16 +415,26 @@ impl RuntimeService for CriRuntime {
 
     async fn pod_sandbox_stats(
         &self,
-        _req: Request<pb::PodSandboxStatsRequest>,
+        req: Request<pb::PodSandboxStatsRequest>,
     ) -> Result<Response<pb::PodSandboxStatsResponse>, Status> {
-        Err(unimplemented("PodSandboxStats"))
+        let id = req.into_inner().pod_sandbox_id;
+        let r = self.runtime.sandbox_stats(&id).await;
+        let r = r.map(|s| pb::PodSandboxStatsResponse {
+            stats: Some(stats::sandbox_stats(&s)),
+        });
+        reply("PodSandboxStats", r)
     }
 
     async fn list_pod_sandbox_stats(
         &self,
-        _req: Request<pb::ListPodSandboxStatsRequest>,
+        req: Request<pb::ListPodSandboxStatsRequest>,
     ) -> Result<Response<pb::ListPodSandboxStatsResponse>, Status> {
-        Err(unimplemented("ListPodSandboxStats"))
+        let f = stats::sandbox_filter(req.into_inner().filter);
+        let r = self.runtime.list_sandbox_stats(&f).await;
+        let r = r.map(|all| pb::ListPodSandboxStatsResponse {
+            stats: all.iter().map(stats::sandbox_stats).collect(),
+        });
+        reply("ListPodSandboxStats", r)
     }
 
     type StreamPodSandboxStatsStream = Unimplemented<pb::StreamPodSandboxStatsResponse>;
@@ -464,14 +486,20 @@ impl RuntimeService for CriRuntime {
         &self,
         _req: Request<pb::ListMetricDescriptorsRequest>,
     ) -> Result<Response<pb::ListMetricDescriptorsResponse>, Status> {
-        Err(unimplemented("ListMetricDescriptors"))
+        Ok(Response::new(pb::ListMetricDescriptorsResponse {
+            descriptors: stats::metric_descriptors(),
+        }))
     }
 
     async fn list_pod_sandbox_metrics(
         &self,
         _req: Request<pb::ListPodSandboxMetricsRequest>,
     ) -> Result<Response<pb::ListPodSandboxMetricsResponse>, Status> {
-        Err(unimplemented("ListPodSandboxMetrics"))
+        let r = self.runtime.list_sandbox_stats(&Default::default()).await;
+        let r = r.map(|all| pb::ListPodSandboxMetricsResponse {
+            pod_metrics: all.iter().map(stats::sandbox_metrics).collect(),
+        });
+        reply("ListPodSandboxMetrics", r)
     }
 
     type StreamPodSandboxMetricsStream = Unimplemented<pb::StreamPodSandboxMetricsResponse>;

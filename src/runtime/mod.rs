@@ -16,6 +16,7 @@ mod sandboxes;
 pub mod service;
 pub mod session;
 pub mod signal;
+pub mod stats;
 pub mod status;
 mod stop;
 pub mod store;

@@ -39,6 +39,8 @@ pub struct Runtime {
     /// The bosun binary run as `pinns` and `monitor`; `None`: this executable.
     pub(super) binary: Option<PathBuf>,
     pub(super) events: super::events::Events,
+    /// Stats state: cgroup reader, CPU samples, writable layer usage.
+    pub(super) stats: super::stats::StatsState,
     handles: Mutex<HashMap<String, Arc<Handle>>>,
     sandbox_locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
 }
@@ -109,6 +111,7 @@ impl Runtime {
             network,
             binary: None,
             events: Default::default(),
+            stats: super::stats::StatsState::new(),
             handles: Mutex::new(HashMap::new()),
             sandbox_locks: Mutex::new(HashMap::new()),
         }))

@@ -8,6 +8,7 @@ pub mod resources;
 pub mod sandbox;
 pub mod security;
 pub mod signal;
+pub mod stats;
 pub mod status;
 
 #[cfg(test)]
@@ -24,6 +25,8 @@ mod sandbox_tests;
 mod security_tests;
 #[cfg(test)]
 mod signal_tests;
+#[cfg(test)]
+mod stats_tests;
 #[cfg(test)]
 mod status_tests;
 
