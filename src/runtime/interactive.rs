@@ -1,4 +1,5 @@
-//! Exec, attach and port-forward endpoints of the runtime, for the streaming server.
+//! Attach and port-forward endpoints of the runtime, for the streaming server (exec lives in
+//! [`super::exec_session`]).
 
 use std::sync::Arc;
 
@@ -7,17 +8,6 @@ use super::Runtime;
 use crate::error::{Error, Result};
 
 impl Runtime {
-    /// Starts `cmd` in the running container `id` with the streams `req` asks for.
-    pub async fn exec(
-        self: &Arc<Self>,
-        id: &str,
-        cmd: Vec<String>,
-        req: StreamRequest,
-    ) -> Result<Session> {
-        let _ = (id, cmd, req);
-        Err(Error::unimplemented("exec: not built yet"))
-    }
-
     /// Attaches to the running container `id`'s stdio through its monitor.
     pub async fn attach(self: &Arc<Self>, id: &str, req: StreamRequest) -> Result<Session> {
         let _ = (id, req);

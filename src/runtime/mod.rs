@@ -1,6 +1,7 @@
 //! Runtime domain: sandboxes and containers on runc, their on-disk state and crash recovery.
 
 mod containers;
+mod exec_session;
 mod handle;
 pub mod id;
 mod interactive;
@@ -13,6 +14,7 @@ pub mod rootfs;
 mod sandboxes;
 pub mod service;
 pub mod session;
+pub mod session_io;
 pub mod signal;
 pub mod status;
 mod stop;
