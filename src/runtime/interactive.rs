@@ -1,5 +1,5 @@
-//! Attach and port-forward endpoints of the runtime, for the streaming server (exec lives in
-//! [`super::exec_session`]).
+//! Attach endpoint of the runtime, for the streaming server (exec lives in
+//! [`super::exec_session`], port-forward in [`super::port_forward`]).
 
 use std::sync::Arc;
 
@@ -12,15 +12,5 @@ impl Runtime {
     pub async fn attach(self: &Arc<Self>, id: &str, req: StreamRequest) -> Result<Session> {
         let _ = (id, req);
         Err(Error::unimplemented("attach: not built yet"))
-    }
-
-    /// A TCP connection to `port` on the loopback of sandbox `id`'s network namespace.
-    pub async fn port_forward(
-        self: &Arc<Self>,
-        id: &str,
-        port: u16,
-    ) -> Result<tokio::net::TcpStream> {
-        let _ = (id, port);
-        Err(Error::unimplemented("port forward: not built yet"))
     }
 }

@@ -7,6 +7,7 @@ pub mod id;
 mod interactive;
 pub mod meta;
 pub mod paths;
+mod port_forward;
 pub mod recover;
 pub mod reserve;
 mod restore;
