@@ -2,12 +2,14 @@
 
 mod containers;
 pub mod events;
+mod exec_session;
 mod handle;
 pub mod id;
 mod interactive;
 pub mod meta;
 mod network;
 pub mod paths;
+mod port_forward;
 pub mod recover;
 pub mod reserve;
 mod restore;
@@ -15,6 +17,7 @@ pub mod rootfs;
 mod sandboxes;
 pub mod service;
 pub mod session;
+pub mod session_io;
 pub mod signal;
 pub mod stats;
 pub mod status;
