@@ -13,6 +13,7 @@ pub mod proto;
 pub mod runtime;
 pub mod sandbox;
 pub mod store;
+pub mod stream;
 pub mod sys;
 pub mod version;
 

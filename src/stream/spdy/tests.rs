@@ -1,0 +1,1 @@
+//! SPDY session tests: client and server over an in-memory duplex, and raw-frame peers.
