@@ -16,6 +16,7 @@ pub mod proto;
 pub mod runtime;
 pub mod sandbox;
 pub mod store;
+pub mod stream;
 pub mod sys;
 pub mod version;
 
