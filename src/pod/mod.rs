@@ -8,6 +8,7 @@ pub mod phase;
 pub mod probe;
 pub mod probe_result;
 pub mod quantity;
+pub mod resources;
 pub mod validate;
 
 #[cfg(test)]
