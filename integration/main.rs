@@ -3,6 +3,7 @@
 mod cri_containers;
 mod cri_exec;
 mod cri_images;
+mod cri_network;
 mod cri_pods;
 mod cri_recovery;
 mod cri_stop;
@@ -23,6 +24,7 @@ fn main() {
     trials.extend(cri_stop::trials());
     trials.extend(cri_exec::trials());
     trials.extend(cri_images::trials());
+    trials.extend(cri_network::trials());
     trials.extend(cri_recovery::trials());
     trials.extend(daemon::trials());
     trials.extend(images::trials());
