@@ -633,10 +633,14 @@ fn pod_cidr() -> Result<()> {
     cri::assert_clean(&d)
 }
 
-/// RunPodSandbox and StopPodSandbox latency on the embedded network (20 pods, one at a time);
-/// prints p50/p90 and checks every pod got its own address.
+/// RunPodSandbox and StopPodSandbox latency on the embedded network (20 pods, one at a time,
+/// Debian's plugins called directly, not through the logging wrappers); prints p50/p90 and
+/// checks every pod got its own address.
 fn latency() -> Result<()> {
-    let d = cri::daemon()?;
+    let d = cri::daemon_with(&format!(
+        "[network]\nbin_dirs = [{:?}]\n",
+        crate::support::network::DEBIAN_PLUGINS
+    ))?;
     cri::with_log(
         &d,
         block_on(async {
