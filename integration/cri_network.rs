@@ -528,6 +528,22 @@ fn not_ready() -> Result<()> {
                     && status.message().contains("10-broken.conflist"),
                 "{status:?}"
             );
+            // The kubelet still admits hostNetwork pods: they need no CNI.
+            let mut host = cri::pod_config(&d, "hostnet-while-not-ready");
+            if let Some(sc) = host
+                .linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+            {
+                sc.namespace_options = Some(pb::NamespaceOption {
+                    network: pb::NamespaceMode::Node as i32,
+                    pid: pb::NamespaceMode::Container as i32,
+                    ipc: pb::NamespaceMode::Pod as i32,
+                    ..Default::default()
+                });
+            }
+            let hp = cri::run_pod(&mut rt, host).await?;
+            cri::remove_pod(&mut rt, &hp.id).await?;
             std::fs::write(
                 &file,
                 r#"{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"nosuchplugin"}]}"#,

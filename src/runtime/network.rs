@@ -120,8 +120,15 @@ impl Runtime {
         if !own_network(meta) {
             return Ok(Vec::new());
         }
+        let t = std::time::Instant::now();
         let a = self.network.attach(&pod_network(id, meta)).await?;
-        tracing::info!(sandbox = %id, network = %a.network, ips = ?a.ips, "pod network attached");
+        tracing::info!(
+            sandbox = %id,
+            network = %a.network,
+            ips = ?a.ips,
+            ms = t.elapsed().as_millis(),
+            "pod network attached"
+        );
         Ok(a.ips)
     }
 
@@ -132,7 +139,9 @@ impl Runtime {
         if !own_network(meta) {
             return Ok(());
         }
+        let t = std::time::Instant::now();
         self.network.detach(&pod_network(entry.id(), meta)).await?;
+        tracing::debug!(sandbox = %entry.id(), ms = t.elapsed().as_millis(), "pod network DEL done");
         let st = entry.status();
         if st.network_attached || !st.ips.is_empty() {
             entry.update(|s| {
