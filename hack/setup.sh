@@ -16,7 +16,7 @@ PACKAGES=(
   apache2-utils    # htpasswd
   zstd python3 iproute2 iptables psmisc procps util-linux
   containerd       # benchmark peer
-  containernetworking-plugins  # bridge + host-local for containerd's pods in the pods bench
+  containernetworking-plugins  # bosun's embedded pod network (loopback, bridge, host-local, portmap) and containerd's in the pods bench
   jq
   attr            # getfattr, to check unpacked xattrs
   openssl         # throwaway CA for the TLS registry test

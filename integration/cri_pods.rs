@@ -282,8 +282,9 @@ fn lifecycle() -> Result<()> {
                 get(&fa, "net") != host_net,
                 "the pod runs in the host's netns"
             );
+            // Loopback and the CNI interface (the test daemon's embedded network).
             ensure!(
-                get(&fa, "links") == "lo",
+                get(&fa, "links") == "eth0 lo",
                 "interfaces: {:?}",
                 get(&fa, "links")
             );

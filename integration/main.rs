@@ -4,6 +4,7 @@ mod cri_containers;
 mod cri_events;
 mod cri_exec;
 mod cri_images;
+mod cri_network;
 mod cri_pods;
 mod cri_recovery;
 mod cri_sessions;
@@ -38,6 +39,7 @@ fn main() {
     trials.extend(cri_events::trials());
     trials.extend(cri_sessions::trials());
     trials.extend(cri_images::trials());
+    trials.extend(cri_network::trials());
     trials.extend(cri_recovery::trials());
     trials.extend(daemon::trials());
     trials.extend(images::trials());

@@ -20,16 +20,21 @@ pub struct Daemon {
     dir: tempfile::TempDir,
     child: Option<Child>,
     config: String,
+    net: super::network::TestNet,
 }
 
 impl Daemon {
     /// Starts a daemon with `config` (TOML) added to the test's paths.
     pub fn start(config: &str) -> anyhow::Result<Daemon> {
         let dir = scratch()?;
+        // Each daemon gets its own pod network; keys of a [network] section the test brings win.
+        let net = super::network::TestNet::new(dir.path())?;
+        let config = net.merge_into(config);
         let mut d = Daemon {
             dir,
             child: None,
-            config: config.to_string(),
+            config,
+            net,
         };
         std::fs::write(d.dir.path().join("config.toml"), &d.config)?;
         d.spawn()?;
@@ -118,6 +123,11 @@ impl Daemon {
             .output()?)
     }
 
+    /// The daemon's pod network (bridge, subnet, plugin call log).
+    pub fn net(&self) -> &super::network::TestNet {
+        &self.net
+    }
+
     /// The daemon's pid.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
@@ -178,6 +188,7 @@ impl Drop for Daemon {
         let cleanup = std::panic::AssertUnwindSafe(|| {
             self.terminate();
             super::cri::scrub(self.dir.path(), &self.state(), &self.cgroup_parent());
+            self.net.cleanup();
         });
         if std::panic::catch_unwind(cleanup).is_err() {
             eprintln!(

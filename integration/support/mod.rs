@@ -3,6 +3,7 @@
 pub mod cri;
 pub mod daemon;
 pub mod inproc;
+pub mod network;
 pub mod proxy;
 pub mod registry;
 
@@ -23,6 +24,8 @@ pub enum Need {
     Images,
     /// An OCI runtime: `runc` in PATH or /usr/sbin (see [`runc_bin`]).
     Runc,
+    /// Debian's CNI plugins (containernetworking-plugins), iproute2 and iptables.
+    Cni,
 }
 
 fn unmet(need: Need) -> Option<String> {
@@ -38,6 +41,18 @@ fn unmet(need: Need) -> Option<String> {
         )),
         Need::Runc if runc_bin().is_none() => {
             Some("needs runc in PATH or /usr/sbin (apt-get install runc)".into())
+        }
+        Need::Cni
+            if !network::PLUGINS
+                .iter()
+                .all(|p| Path::new(network::DEBIAN_PLUGINS).join(p).is_file())
+                || !Path::new("/usr/sbin/iptables-save").exists()
+                || !Path::new("/usr/sbin/ip").exists() && !Path::new("/bin/ip").exists() =>
+        {
+            Some(format!(
+                "needs CNI plugins in {} and iproute2/iptables (apt-get install containernetworking-plugins iproute2 iptables)",
+                network::DEBIAN_PLUGINS
+            ))
         }
         _ => None,
     }

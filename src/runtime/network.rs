@@ -7,7 +7,7 @@ use super::meta::{SandboxEntry, SandboxMeta};
 use super::paths;
 use super::service::Runtime;
 use crate::error::Result;
-use crate::network::{DnsCap, NetworkStatus, PodNetwork, PortMap};
+use crate::network::{Bandwidth, DnsCap, NetworkStatus, PodNetwork, PortMap};
 use crate::oci::NamespaceMode;
 
 /// What CNI gets for sandbox `id`: the pinned netns, the pod's names, its hostPort mappings
@@ -39,9 +39,64 @@ pub(super) fn pod_network(id: &str, meta: &SandboxMeta) -> PodNetwork {
             searches: d.searches.clone(),
             options: d.options.clone(),
         }),
-        bandwidth: None,
+        bandwidth: bandwidth(&req.annotations),
         ips: Vec::new(),
     }
+}
+
+/// Traffic shaping from the pod's `kubernetes.io/ingress-bandwidth` and
+/// `kubernetes.io/egress-bandwidth` annotations (quantities in bits per second, e.g. `10M`),
+/// as containerd passes it to the bandwidth plugin (burst unlimited). Unparsable values are
+/// ignored with a warning.
+pub(super) fn bandwidth(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Option<Bandwidth> {
+    let rate = |key: &str| {
+        let v = annotations.get(key)?;
+        let r = quantity(v);
+        if r.is_none() {
+            tracing::warn!("annotation {key}={v:?} is not a quantity; ignored");
+        }
+        r
+    };
+    let (ingress, egress) = (
+        rate("kubernetes.io/ingress-bandwidth"),
+        rate("kubernetes.io/egress-bandwidth"),
+    );
+    if ingress.is_none() && egress.is_none() {
+        return None;
+    }
+    let burst = |r: Option<u64>| if r.is_some() { u64::from(u32::MAX) } else { 0 };
+    Some(Bandwidth {
+        ingress_rate: ingress.unwrap_or(0),
+        ingress_burst: burst(ingress),
+        egress_rate: egress.unwrap_or(0),
+        egress_burst: burst(egress),
+    })
+}
+
+/// A Kubernetes quantity without fractions: digits and an optional decimal (`k M G T P`) or
+/// binary (`Ki Mi Gi Ti Pi`) suffix.
+fn quantity(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, suffix) = v.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match suffix {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        _ => return None,
+    };
+    n.checked_mul(mult)
 }
 
 /// Whether the sandbox has its own network namespace (hostNetwork pods skip CNI).
@@ -65,8 +120,15 @@ impl Runtime {
         if !own_network(meta) {
             return Ok(Vec::new());
         }
+        let t = std::time::Instant::now();
         let a = self.network.attach(&pod_network(id, meta)).await?;
-        tracing::info!(sandbox = %id, network = %a.network, ips = ?a.ips, "pod network attached");
+        tracing::info!(
+            sandbox = %id,
+            network = %a.network,
+            ips = ?a.ips,
+            ms = t.elapsed().as_millis(),
+            "pod network attached"
+        );
         Ok(a.ips)
     }
 
@@ -77,7 +139,9 @@ impl Runtime {
         if !own_network(meta) {
             return Ok(());
         }
+        let t = std::time::Instant::now();
         self.network.detach(&pod_network(entry.id(), meta)).await?;
+        tracing::debug!(sandbox = %entry.id(), ms = t.elapsed().as_millis(), "pod network DEL done");
         let st = entry.status();
         if st.network_attached || !st.ips.is_empty() {
             entry.update(|s| {

@@ -173,3 +173,77 @@ async fn network_status_and_pod_cidr_reach_the_network() {
     let s = fx.net.status();
     assert!(!s.ready && s.message == "no config");
 }
+
+#[test]
+fn pod_network_maps_host_ports_dns_and_bandwidth_annotations() {
+    use super::meta::{Dns, PortMapping};
+    let mut req = SandboxRequest {
+        pod: PodName {
+            name: "web".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            attempt: 1,
+        },
+        port_mappings: vec![
+            PortMapping {
+                protocol: "UDP".into(),
+                container_port: 53,
+                host_port: 5353,
+                host_ip: "127.0.0.1".into(),
+            },
+            PortMapping {
+                protocol: "TCP".into(),
+                container_port: 80,
+                host_port: 0,
+                host_ip: String::new(),
+            },
+        ],
+        dns: Some(Dns {
+            servers: vec!["10.96.0.10".into()],
+            ..Dns::default()
+        }),
+        ..SandboxRequest::default()
+    };
+    req.annotations
+        .insert("kubernetes.io/ingress-bandwidth".into(), "10M".into());
+    req.annotations
+        .insert("kubernetes.io/egress-bandwidth".into(), "1Mi".into());
+    let meta = SandboxMeta {
+        request: req,
+        hostname: "web".into(),
+        state_dir: "/run/bosun/sandboxes/sb".into(),
+    };
+    let p = super::network::pod_network("sb", &meta);
+    assert_eq!(
+        p.netns,
+        std::path::Path::new("/run/bosun/sandboxes/sb/ns/net")
+    );
+    assert_eq!(
+        (p.name.as_str(), p.namespace.as_str(), p.uid.as_str()),
+        ("web", "ns", "u")
+    );
+    assert_eq!(p.port_mappings.len(), 1, "host_port 0 is not a mapping");
+    let m = &p.port_mappings[0];
+    assert_eq!(
+        (
+            m.host_port,
+            m.container_port,
+            m.protocol.as_str(),
+            m.host_ip.as_str()
+        ),
+        (5353, 53, "udp", "127.0.0.1")
+    );
+    assert_eq!(
+        p.dns.as_ref().map(|d| d.servers.clone()),
+        Some(vec!["10.96.0.10".to_string()])
+    );
+    let bw = p.bandwidth.expect("bandwidth");
+    assert_eq!((bw.ingress_rate, bw.egress_rate), (10_000_000, 1 << 20));
+    assert_eq!(bw.ingress_burst, u64::from(u32::MAX));
+    let mut bad = std::collections::BTreeMap::new();
+    bad.insert(
+        "kubernetes.io/ingress-bandwidth".to_string(),
+        "fast".to_string(),
+    );
+    assert!(super::network::bandwidth(&bad).is_none());
+}

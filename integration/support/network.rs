@@ -1,0 +1,384 @@
+//! A pod network per test daemon: its own bridge, /24 subnet, host-local dir and empty CNI conf
+//! dir (so bosun's embedded default network is used), no masquerade and no default route (pod
+//! traffic cannot leave the machine), Debian's plugins behind logging wrappers; on drop the
+//! bridge, portmap's iptables rules and chains and the forwarding sysctl are put back.
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// Where Debian's containernetworking-plugins installs the plugins.
+pub const DEBIAN_PLUGINS: &str = "/usr/lib/cni";
+/// The plugins the embedded default network runs (host-local through bridge).
+pub const PLUGINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
+/// portmap's shared nat chains (created on the first mapping, never removed by portmap).
+const SHARED_CHAINS: [&str; 3] = [
+    "CNI-HOSTPORT-DNAT",
+    "CNI-HOSTPORT-SETMARK",
+    "CNI-HOSTPORT-MASQ",
+];
+
+/// Subnets handed out in this process; the forwarding sysctl before the first network; how
+/// many networks are alive.
+struct Registry {
+    subnets: HashSet<(u8, u8)>,
+    forward_before: Option<String>,
+    alive: usize,
+}
+
+fn registry() -> &'static Mutex<Registry> {
+    static R: OnceLock<Mutex<Registry>> = OnceLock::new();
+    R.get_or_init(|| {
+        Mutex::new(Registry {
+            subnets: HashSet::new(),
+            forward_before: None,
+            alive: 0,
+        })
+    })
+}
+
+fn reg() -> std::sync::MutexGuard<'static, Registry> {
+    registry()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+const FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// One test daemon's pod network.
+#[derive(Debug, Clone)]
+pub struct TestNet {
+    /// CNI network name (unique: portmap's rule comments and host-local's dir carry it).
+    pub name: String,
+    /// Bridge name (≤ 15 chars).
+    pub bridge: String,
+    /// The /24's second and third octets: `10.A.B.0/24`.
+    octets: (u8, u8),
+    /// host-local's lease directory.
+    pub data_dir: PathBuf,
+    /// The CNI conf dir (empty: embedded default).
+    pub conf_dir: PathBuf,
+    /// Wrappers that log each call to [`TestNet::calls`] then exec Debian's plugin.
+    pub bin_dir: PathBuf,
+}
+
+impl TestNet {
+    /// A network for the daemon in scratch dir `dir`.
+    pub fn new(dir: &Path) -> std::io::Result<TestNet> {
+        let suffix: String = dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .chars()
+            .rev()
+            .take(8)
+            .collect::<String>()
+            .chars()
+            .rev()
+            .filter(char::is_ascii_alphanumeric)
+            .collect();
+        let octets = pick_subnet(&suffix);
+        let net = TestNet {
+            name: format!("bosun-it-{suffix}"),
+            bridge: format!("bt{suffix}"),
+            octets,
+            data_dir: dir.join("cni-ipam"),
+            conf_dir: dir.join("cni-net.d"),
+            bin_dir: dir.join("cni-bin"),
+        };
+        std::fs::create_dir_all(&net.conf_dir)?;
+        std::fs::create_dir_all(&net.bin_dir)?;
+        for p in PLUGINS {
+            net.wrap(p, &format!("exec {DEBIAN_PLUGINS}/{p}"))?;
+        }
+        let mut r = reg();
+        if r.alive == 0 && r.forward_before.is_none() {
+            r.forward_before = std::fs::read_to_string(FORWARD).ok();
+        }
+        r.alive += 1;
+        Ok(net)
+    }
+
+    /// Installs plugin `name` as a logging wrapper running `body` (sh).
+    pub fn wrap(&self, name: &str, body: &str) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.bin_dir.join(name);
+        let log = self.calls_log();
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\necho \"$CNI_COMMAND $CNI_CONTAINERID $CNI_IFNAME {name}\" >> {}\n{body}\n",
+                log.display()
+            ),
+        )?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+    }
+
+    fn calls_log(&self) -> PathBuf {
+        self.bin_dir.with_file_name("cni-calls.log")
+    }
+
+    /// Every plugin call so far as `(command, container id, ifname, plugin)`.
+    pub fn calls(&self) -> Vec<(String, String, String, String)> {
+        std::fs::read_to_string(self.calls_log())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let mut w = l.split(' ').map(str::to_string);
+                let mut next = || w.next().unwrap_or_default();
+                (next(), next(), next(), next())
+            })
+            .collect()
+    }
+
+    /// How many times `plugin` ran `command` for sandbox `id`.
+    pub fn count(&self, command: &str, id: &str, plugin: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c.0 == command && c.1 == id && c.3 == plugin)
+            .count()
+    }
+
+    /// `10.A.B.0/24`.
+    pub fn subnet(&self) -> String {
+        format!("10.{}.{}.0/24", self.octets.0, self.octets.1)
+    }
+
+    /// The bridge's address (host-local's gateway: the subnet's first address).
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.octets.0, self.octets.1, 1)
+    }
+
+    /// Whether `ip` is in the subnet.
+    pub fn contains(&self, ip: &str) -> bool {
+        ip.parse::<Ipv4Addr>().is_ok_and(|a| {
+            let o = a.octets();
+            o[0] == 10 && (o[1], o[2]) == self.octets
+        })
+    }
+
+    /// The host-local lease files (one per allocated address, named by it).
+    pub fn leases(&self) -> Vec<String> {
+        let dir = self.data_dir.join(&self.name);
+        super::cri::entries(&dir)
+            .into_iter()
+            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+            .collect()
+    }
+
+    /// The daemon config section.
+    pub fn toml(&self) -> String {
+        format!(
+            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\nname = {:?}\nbridge = {:?}\nsubnet = {:?}\ndata_dir = {:?}\nmasquerade = false\ndefault_route = false\nplugin_timeout_secs = 20\n",
+            self.conf_dir.display().to_string(),
+            self.bin_dir.display().to_string(),
+            self.name,
+            self.bridge,
+            self.subnet(),
+            self.data_dir.display().to_string(),
+        )
+    }
+
+    /// `config` with this network's keys added to its `[network]` section (created when
+    /// missing); keys the config already sets are kept.
+    pub fn merge_into(&self, config: &str) -> String {
+        let ours = self.toml();
+        let Some(at) = config.find("[network]\n") else {
+            return format!("{config}\n{ours}");
+        };
+        let head = at + "[network]\n".len();
+        let missing: String = ours
+            .lines()
+            .skip(1)
+            .filter(|l| {
+                let key = l.split(" =").next().unwrap_or_default();
+                !config[head..]
+                    .lines()
+                    .any(|c| c.trim_start().starts_with(&format!("{key} ")))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        format!("{}{missing}{}", &config[..head], &config[head..])
+    }
+
+    /// What of this network is on the machine: the bridge, iptables lines naming it.
+    pub fn leftovers(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if Path::new("/sys/class/net").join(&self.bridge).exists() {
+            out.push(format!("bridge {}", self.bridge));
+        }
+        for l in iptables_save() {
+            if l.contains(&self.name) || l.contains(&self.subnet()) {
+                out.push(format!("iptables: {l}"));
+            }
+        }
+        out
+    }
+
+    /// Removes the bridge, portmap's rules and per-pod chains for this network, and portmap's
+    /// shared chains when no rule is left in them; restores ip_forward when the last test
+    /// network of this process goes. Errors are ignored.
+    pub fn cleanup(&self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .output();
+        let lines = iptables_save();
+        let mut chains = Vec::new();
+        for l in &lines {
+            if let Some(rule) = l.strip_prefix("-A ") {
+                if l.contains(&format!("\\\"{}\\\"", self.name)) || l.contains(&self.subnet()) {
+                    iptables_rule("-D", rule);
+                    if let Some(target) = rule.split(" -j ").nth(1) {
+                        let target = target.split_whitespace().next().unwrap_or_default();
+                        if target.starts_with("CNI-DN-") {
+                            chains.push(target.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        for c in chains {
+            let _ = Command::new("iptables")
+                .args(["-t", "nat", "-F", &c])
+                .output();
+            let _ = Command::new("iptables")
+                .args(["-t", "nat", "-X", &c])
+                .output();
+        }
+        remove_empty_shared_chains();
+        let mut r = reg();
+        r.subnets.remove(&self.octets);
+        r.alive = r.alive.saturating_sub(1);
+        if r.alive == 0 {
+            if let Some(before) = r.forward_before.take() {
+                let _ = std::fs::write(FORWARD, before);
+            }
+        }
+    }
+}
+
+/// `iptables-save -t nat` lines.
+pub fn iptables_save() -> Vec<String> {
+    Command::new("iptables-save")
+        .args(["-t", "nat"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs `iptables -t nat <op> <rule as iptables-save prints it>` (quotes honoured).
+fn iptables_rule(op: &str, rule: &str) {
+    let mut args = vec!["-t".to_string(), "nat".to_string(), op.to_string()];
+    args.extend(split_quoted(rule));
+    let _ = Command::new("iptables").args(&args).output();
+}
+
+/// Splits an iptables-save rule into words; `"…"` (with `\"` inside) is one word.
+fn split_quoted(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Drops portmap's shared chains (and the jumps to them) when no pod mapping is left in them
+/// and no hostPort test of this process is running.
+fn remove_empty_shared_chains() {
+    if HOSTPORT_TESTS.load(Ordering::SeqCst) > 0 {
+        return;
+    }
+    let lines = iptables_save();
+    if lines
+        .iter()
+        .any(|l| l.starts_with("-A CNI-HOSTPORT-DNAT ") && l.contains("-j CNI-DN-"))
+    {
+        return;
+    }
+    for l in &lines {
+        if let Some(rule) = l.strip_prefix("-A ") {
+            let chain = rule.split(' ').next().unwrap_or_default();
+            if !SHARED_CHAINS.contains(&chain)
+                && SHARED_CHAINS
+                    .iter()
+                    .any(|c| rule.contains(&format!("-j {c}")))
+            {
+                iptables_rule("-D", rule);
+            }
+        }
+    }
+    for op in ["-F", "-X"] {
+        for c in SHARED_CHAINS {
+            let _ = Command::new("iptables").args(["-t", "nat", op, c]).output();
+        }
+    }
+}
+
+static HOSTPORT_TESTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Held by a test that maps host ports: meanwhile no daemon cleanup removes portmap's shared
+/// chains under it. Declare it after the daemon so it is dropped first.
+pub struct HostPortGuard(());
+
+impl HostPortGuard {
+    /// Marks a hostPort test running.
+    pub fn new() -> HostPortGuard {
+        HOSTPORT_TESTS.fetch_add(1, Ordering::SeqCst);
+        HostPortGuard(())
+    }
+}
+
+impl Drop for HostPortGuard {
+    fn drop(&mut self) {
+        HOSTPORT_TESTS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A `10.A.B.0/24` nobody on this machine routes and this process has not handed out.
+fn pick_subnet(seed: &str) -> (u8, u8) {
+    let routes = Command::new("ip")
+        .args(["-4", "route", "show"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut h: u32 = seed.bytes().fold(2166136261u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(16777619)
+    });
+    let mut r = reg();
+    loop {
+        let a = 200 + (h % 40) as u8;
+        let b = ((h / 40) % 256) as u8;
+        let taken = routes.contains(&format!("10.{a}.{b}.")) || r.subnets.contains(&(a, b));
+        if !taken {
+            r.subnets.insert((a, b));
+            return (a, b);
+        }
+        h = h.wrapping_add(7919);
+    }
+}
