@@ -5,6 +5,7 @@ mod cri_exec;
 mod cri_images;
 mod cri_pods;
 mod cri_recovery;
+mod cri_stats;
 mod cri_stop;
 mod daemon;
 mod images;
@@ -24,6 +25,7 @@ fn main() {
     trials.extend(cri_exec::trials());
     trials.extend(cri_images::trials());
     trials.extend(cri_recovery::trials());
+    trials.extend(cri_stats::trials());
     trials.extend(daemon::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());
