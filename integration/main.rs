@@ -8,6 +8,7 @@ mod cri_network;
 mod cri_pods;
 mod cri_recovery;
 mod cri_sessions;
+mod cri_stats;
 mod cri_stop;
 mod daemon;
 mod images;
@@ -41,6 +42,7 @@ fn main() {
     trials.extend(cri_images::trials());
     trials.extend(cri_network::trials());
     trials.extend(cri_recovery::trials());
+    trials.extend(cri_stats::trials());
     trials.extend(daemon::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());

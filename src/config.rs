@@ -120,6 +120,9 @@ pub struct Config {
     pub shm_size: u64,
     /// cgroup parent of containers whose pod names none (cgroupfs path or systemd slice).
     pub default_cgroup_parent: String,
+    /// `host:port` of the Prometheus `/metrics` endpoint; empty (the default): not served.
+    /// Port 0 picks a free port; the bound address is written to `<state>/metrics.address`.
+    pub metrics_address: String,
     /// Image store limits.
     pub image: ImageConfig,
     /// Registry hosts: mirrors, plain HTTP, CA files.
@@ -140,6 +143,7 @@ impl Default for Config {
             log_format: LogFormat::default(),
             shm_size: crate::sandbox::DEFAULT_SHM_SIZE,
             default_cgroup_parent: "/bosun".to_string(),
+            metrics_address: String::new(),
             image: ImageConfig::default(),
             registry: Default::default(),
             network: NetworkConfig::default(),

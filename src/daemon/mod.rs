@@ -42,6 +42,8 @@ pub async fn run(config: Config) -> Result<()> {
     // Content a crash left outside any image (a pull or GC cut short) is collected now; held
     // container layers are leased and survive it.
     images.spawn_gc(None);
+    let metrics = crate::metrics::Metrics::new(Some(runtime.clone()));
+    let metrics_server = serve_metrics(&config, &metrics).await?;
     let listener = socket::bind(&config.socket)?;
     tracing::info!(
         socket = %config.socket.display(),
@@ -57,6 +59,7 @@ pub async fn run(config: Config) -> Result<()> {
     // daemon: after DRAIN_DEADLINE it exits anyway. Containers are never touched here.
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
+        .layer(crate::metrics::layer::MetricsLayer::new(metrics))
         .add_service(
             RuntimeServiceServer::new(CriRuntime::new(config.clone(), runtime.clone()))
                 .max_decoding_message_size(MAX_MESSAGE)
@@ -95,11 +98,29 @@ pub async fn run(config: Config) -> Result<()> {
         }
     };
     let _ = std::fs::remove_file(&config.socket);
+    if let Some(task) = metrics_server {
+        task.abort();
+    }
     served
         .map_err(|e| Error::internal(format!("serve task: {e}")))?
         .map_err(|e| Error::internal(format!("serve {}: {e}", config.socket.display())))?;
     tracing::info!("bosun stopped");
     Ok(())
+}
+
+/// Starts the `/metrics` endpoint when `metrics_address` is set.
+async fn serve_metrics(
+    config: &Config,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    if config.metrics_address.is_empty() {
+        return Ok(None);
+    }
+    let (bound, task) =
+        crate::metrics::server::serve(&config.metrics_address, &config.state, metrics.clone())
+            .await?;
+    tracing::info!(address = %bound, "metrics served on http://{bound}/metrics");
+    Ok(Some(task))
 }
 
 /// How long a SIGTERM/SIGINT waits for in-flight calls before the daemon exits regardless.

@@ -168,9 +168,12 @@ impl Puller {
                         BlobEvent::Cached => PullEvent::Cached {
                             digest: digest.clone(),
                         },
-                        BlobEvent::Done => PullEvent::Done {
-                            digest: digest.clone(),
-                        },
+                        BlobEvent::Done => {
+                            crate::metrics::PULLED_BYTES.inc_by(desc.size);
+                            PullEvent::Done {
+                                digest: digest.clone(),
+                            }
+                        }
                         BlobEvent::Progress(done) => PullEvent::Progress {
                             digest: digest.clone(),
                             done,
