@@ -12,7 +12,6 @@ mod stream;
 mod tests;
 
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -53,13 +52,13 @@ pub const UPGRADE_PROTOCOL: &str = "SPDY/3.1";
 /// `hyper_util::rt::TokioIo` to turn the `Upgraded` into tokio AsyncRead + AsyncWrite.
 #[derive(Clone)]
 pub struct Connection {
-    shared: Arc<session::Shared>,
+    shared: session::User,
 }
 
 /// The streams the peer opens, in order.
 pub struct Incoming {
     rx: mpsc::Receiver<Stream>,
-    shared: Arc<session::Shared>,
+    shared: session::User,
 }
 
 impl Connection {
@@ -85,12 +84,14 @@ impl Connection {
     ) -> (Connection, Incoming) {
         let shared = session::Shared::new(server);
         let rx = shared.spawn(io);
-        (
-            Connection {
-                shared: shared.clone(),
-            },
-            Incoming { rx, shared },
-        )
+        let connection = Connection {
+            shared: session::User::new(&shared),
+        };
+        let incoming = Incoming {
+            rx,
+            shared: session::User::new(&shared),
+        };
+        (connection, incoming)
     }
 
     /// SYN_STREAM with `headers`; resolves when the peer's SYN_REPLY arrives (errors on
