@@ -6,6 +6,8 @@
 mod dictionary;
 mod frame;
 mod header;
+#[cfg(test)]
+mod kubectl_tests;
 mod session;
 mod stream;
 #[cfg(test)]
