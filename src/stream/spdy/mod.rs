@@ -6,13 +6,14 @@
 mod dictionary;
 mod frame;
 mod header;
+#[cfg(test)]
+mod kubectl_tests;
 mod session;
 mod stream;
 #[cfg(test)]
 mod tests;
 
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -28,38 +29,49 @@ pub type Headers = Vec<(String, String)>;
 pub const UPGRADE_PROTOCOL: &str = "SPDY/3.1";
 
 /// A running SPDY session: a cheap handle (Clone) to the task that owns the connection.
+/// When the last handle (`Connection`, `Incoming` or `Stream`) is dropped the session sends
+/// GOAWAY and closes the connection.
 ///
-/// # The HTTP upgrade that precedes it (apimachinery httpstream + httpstream/spdy)
-/// The client (kubectl, crictl, kubelet's proxy) sends a request (`POST` for exec/attach,
-/// `POST`/`GET` for port-forward) with
-/// `Connection: Upgrade`, `Upgrade: SPDY/3.1` and one `X-Stream-Protocol-Version` header per
-/// subprotocol it speaks, most preferred first (exec/attach: `v5.channel.k8s.io`,
-/// `v4.channel.k8s.io`, `v3.channel.k8s.io`, `v2.channel.k8s.io`, `channel.k8s.io`;
-/// port-forward: `portforward.k8s.io`). The server:
-/// 1. negotiates (`httpstream.Handshake`): no `X-Stream-Protocol-Version` at all means the
-///    legacy protocol (`channel.k8s.io` / `portforward.k8s.io`) and no header in the answer;
-///    otherwise the first client-offered version the server supports wins and is echoed in the
-///    response header `X-Stream-Protocol-Version`; if none matches, answer `403 Forbidden` with
-///    `X-Accepted-Stream-Protocol-Versions: <server's list, comma-separated>` and stop;
-/// 2. checks the upgrade (`httpstream.IsUpgradeRequest`: `Connection` contains "upgrade" and
-///    `Upgrade` equals "SPDY/3.1", both case-insensitive), else `400 Bad Request`
-///    ("unable to upgrade: missing upgrade headers in request");
-/// 3. answers `101 Switching Protocols` with `Connection: Upgrade`, `Upgrade: SPDY/3.1` (and
-///    the negotiated `X-Stream-Protocol-Version`), then runs `Connection::server` on the raw
-///    upgraded connection. The client checks the 101 status, `Connection`/`Upgrade` and the
-///    echoed version (`v4`+ requires it), then starts its SPDY client.
+/// # The HTTP/1.1 upgrade that precedes it (what the streaming server must do)
+/// Verified against apimachinery `httpstream.Handshake` / `spdy.responseUpgrader` and against
+/// kubectl 1.32 (`kubectl_tests.rs`). The client (kubectl, crictl; client-go's SPDY round
+/// tripper) sends `POST <url>` with an empty body and:
+/// - `Connection: Upgrade`, `Upgrade: SPDY/3.1`;
+/// - one `X-Stream-Protocol-Version` header per subprotocol, most preferred first (values may
+///   also be comma-separated). Seen from kubectl 1.32 exec/attach: `v5.channel.k8s.io`,
+///   `v4.channel.k8s.io`, `v3.channel.k8s.io`, `v2.channel.k8s.io`, `channel.k8s.io`;
+///   port-forward: `portforward.k8s.io`.
 ///
-/// With hyper: `hyper::upgrade::on(&mut req)` after returning the 101 response, and
-/// `hyper_util::rt::TokioIo` to turn the `Upgraded` into tokio AsyncRead + AsyncWrite.
+/// The server then:
+/// 1. negotiates: the FIRST client-offered version that the server supports wins and is echoed
+///    as the response header `X-Stream-Protocol-Version: <chosen>`. No version header at all →
+///    `400 Bad Request`; no match → `403 Forbidden` with one
+///    `X-Accepted-Stream-Protocol-Versions: <v>` header per server version. (Over SPDY, v5
+///    behaves as v4; offering v4 as the best is what kubelet does in practice.)
+/// 2. checks the upgrade: `Connection` contains "upgrade" and `Upgrade` contains "spdy/3.1"
+///    (case-insensitive), else `400 Bad Request` ("unable to upgrade: missing upgrade headers").
+/// 3. answers `101 Switching Protocols` with `Connection: Upgrade`, `Upgrade: SPDY/3.1` and
+///    the negotiated `X-Stream-Protocol-Version`, then runs [`Connection::server`] on the raw
+///    upgraded byte stream (including any bytes already buffered after the request head).
+///    The client requires status 101, `Connection` containing "upgrade", `Upgrade` containing
+///    "spdy/3.1"; for exec/attach it falls back to v1 semantics when the version echo is absent.
+///
+/// With hyper: return the 101 response, then `hyper::upgrade::on(req).await` and wrap the
+/// `Upgraded` in `hyper_util::rt::TokioIo` to get tokio `AsyncRead + AsyncWrite`.
+///
+/// After the upgrade the client opens the streams (exec: `streamtype` = error, stdin, stdout,
+/// stderr, resize as requested; port-forward: `streamtype` = error then data, with `port` and
+/// `requestid`) and waits up to 30 s for each SYN_REPLY, which [`Incoming::accept`] sends.
+/// [`Connection::open`] has no timeout of its own: wrap it in `tokio::time::timeout`.
 #[derive(Clone)]
 pub struct Connection {
-    shared: Arc<session::Shared>,
+    shared: session::User,
 }
 
 /// The streams the peer opens, in order.
 pub struct Incoming {
     rx: mpsc::Receiver<Stream>,
-    shared: Arc<session::Shared>,
+    shared: session::User,
 }
 
 impl Connection {
@@ -85,12 +97,14 @@ impl Connection {
     ) -> (Connection, Incoming) {
         let shared = session::Shared::new(server);
         let rx = shared.spawn(io);
-        (
-            Connection {
-                shared: shared.clone(),
-            },
-            Incoming { rx, shared },
-        )
+        let connection = Connection {
+            shared: session::User::new(&shared),
+        };
+        let incoming = Incoming {
+            rx,
+            shared: session::User::new(&shared),
+        };
+        (connection, incoming)
     }
 
     /// SYN_STREAM with `headers`; resolves when the peer's SYN_REPLY arrives (errors on

@@ -37,6 +37,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::poll_fn;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -64,6 +65,8 @@ const WINDOW_ACK: usize = 32 * 1024;
 const CTRL_CAP: usize = 256;
 /// Peer streams waiting for `Incoming::accept`.
 const ACCEPT_BACKLOG: usize = 32;
+/// How long the peer may take to hang up after our GOAWAY before we drop the connection.
+const LINGER: Duration = Duration::from_secs(2);
 /// How long the writer may take to flush what is queued once the peer has gone.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -203,9 +206,42 @@ impl State {
     }
 }
 
+/// A counted reference held by every `Connection`, `Incoming` and `Stream`: when the last one
+/// is dropped the session says GOAWAY and closes, so a forgotten connection cannot linger.
+pub(super) struct User(Arc<Shared>);
+
+impl User {
+    pub(super) fn new(shared: &Arc<Shared>) -> User {
+        shared.users.fetch_add(1, Ordering::SeqCst);
+        User(shared.clone())
+    }
+}
+
+impl Clone for User {
+    fn clone(&self) -> User {
+        User::new(&self.0)
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        if self.0.users.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.start_goaway();
+        }
+    }
+}
+
+impl std::ops::Deref for User {
+    type Target = Arc<Shared>;
+    fn deref(&self) -> &Arc<Shared> {
+        &self.0
+    }
+}
+
 /// What the session task, the `Connection` handles and the streams share.
 pub(super) struct Shared {
     pub(super) state: Mutex<State>,
+    users: AtomicUsize,
     server: bool,
     closed: watch::Sender<bool>,
 }
@@ -225,6 +261,7 @@ impl Shared {
                 session_unacked: 0,
             }),
             server,
+            users: AtomicUsize::new(0),
             closed: watch::channel(false).0,
         })
     }
@@ -257,8 +294,13 @@ impl Shared {
                     }
                 }
                 w = &mut writer => {
-                    if let Err(e) = w {
-                        tracing::debug!(error = %e, "spdy: session write ended");
+                    match w {
+                        // GOAWAY sent and our side shut down: keep reading a little so the
+                        // peer's last frames are not answered with a TCP reset.
+                        Ok(()) => {
+                            let _ = tokio::time::timeout(LINGER, &mut reader).await;
+                        }
+                        Err(e) => tracing::debug!(error = %e, "spdy: session write ended"),
                     }
                 }
             }
@@ -338,7 +380,7 @@ impl Shared {
                 flags: 0,
                 headers: headers.clone(),
             });
-            Stream::new(self.clone(), id, headers)
+            Stream::new(self, id, headers)
         };
         // Dropping `stream` on error (or when this future is dropped) resets and forgets it.
         rx.await.map_err(|_| aborted())??;
@@ -359,18 +401,22 @@ impl Shared {
     }
 
     pub(super) async fn goaway(&self) {
-        {
-            let mut st = lock(&self.state);
-            if !st.out.closed {
-                let last_good = st.last_peer_id;
-                st.out.push(Frame::GoAway {
-                    last_good,
-                    status: goaway::OK,
-                });
-                st.out.closed = true;
-            }
-        }
+        self.start_goaway();
         self.closed().await;
+    }
+
+    /// Queues GOAWAY (status OK) after everything already queued and refuses anything more;
+    /// the writer then drains, shuts the connection down and the session ends.
+    fn start_goaway(&self) {
+        let mut st = lock(&self.state);
+        if !st.out.closed {
+            let last_good = st.last_peer_id;
+            st.out.push(Frame::GoAway {
+                last_good,
+                status: goaway::OK,
+            });
+            st.out.closed = true;
+        }
     }
 
     pub(super) async fn ping(&self) -> io::Result<Duration> {
@@ -471,6 +517,7 @@ impl Shared {
         incoming: &mut Option<mpsc::Sender<Stream>>,
         me: &Arc<Shared>,
     ) {
+        let is_reply = matches!(f, Frame::SynReply { .. });
         match f {
             Frame::SynStream {
                 stream_id,
@@ -501,7 +548,7 @@ impl Shared {
                         .await;
                     return;
                 }
-                let stream = Stream::new(me.clone(), stream_id, headers);
+                let stream = Stream::new(me, stream_id, headers);
                 if let Some(tx) = incoming.as_ref() {
                     if let Err(mpsc::error::SendError(stream)) = tx.send(stream).await {
                         *incoming = None;
@@ -517,8 +564,11 @@ impl Shared {
             } => {
                 let mut st = lock(&self.state);
                 if let Some(s) = st.streams.get_mut(&stream_id) {
-                    if let Some(r) = s.reply.take() {
-                        let _ = r.send(Ok(()));
+                    // Only SYN_REPLY completes `open` (spdystream ignores HEADERS before it).
+                    if is_reply {
+                        if let Some(r) = s.reply.take() {
+                            let _ = r.send(Ok(()));
+                        }
                     }
                     if flags & frame::FLAG_FIN != 0 {
                         s.remote_fin = true;

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::frame::{rst, Frame, FLAG_FIN};
-use super::session::{aborted, lock, Shared, State, MAX_WRITE_CHUNK};
+use super::session::{aborted, lock, Shared, State, User, MAX_WRITE_CHUNK};
 use super::Headers;
 
 /// A SPDY stream. Reading yields the peer's DATA and EOF after its FIN (an error after a
@@ -16,7 +16,7 @@ use super::Headers;
 /// empty DATA frame with FLAG_FIN (half-close). Dropping a stream that was neither shut down
 /// nor reset resets it (RST_STREAM CANCEL); data arriving for a dropped stream is discarded.
 pub struct Stream {
-    shared: Arc<Shared>,
+    shared: User,
     id: u32,
     headers: Headers,
 }
@@ -31,9 +31,9 @@ impl std::fmt::Debug for Stream {
 }
 
 impl Stream {
-    pub(super) fn new(shared: Arc<Shared>, id: u32, headers: Headers) -> Stream {
+    pub(super) fn new(shared: &Arc<Shared>, id: u32, headers: Headers) -> Stream {
         Stream {
-            shared,
+            shared: User::new(shared),
             id,
             headers,
         }

@@ -659,3 +659,46 @@ fn frame_constants_match_the_spec() {
         [1, 2, 3, 4, 6, 7, 8, 9]
     );
 }
+
+#[tokio::test]
+async fn dropping_every_handle_says_goaway_and_hangs_up() -> Result<()> {
+    let (mut raw, server, incoming) = raw_server()?;
+    raw.send(&Frame::SynStream {
+        stream_id: 1,
+        assoc_id: 0,
+        priority: 0,
+        flags: 0,
+        headers: h(&[]),
+    })
+    .await?;
+    let mut incoming = incoming;
+    let s = timeout(T, incoming.accept())
+        .await?
+        .ok_or_else(|| anyhow!("no stream"))?;
+    assert!(matches!(
+        raw.recv().await?,
+        Some(Frame::SynReply { stream_id: 1, .. })
+    ));
+    drop(server);
+    drop(incoming);
+    // The stream still holds the session open: it can be used.
+    timeout(T, raw.send(&Frame::Ping { id: 9 })).await??;
+    assert_eq!(raw.recv().await?, Some(Frame::Ping { id: 9 }));
+    drop(s);
+    assert_eq!(
+        raw.recv().await?,
+        Some(Frame::RstStream {
+            stream_id: 1,
+            status: rst::CANCEL
+        })
+    );
+    assert_eq!(
+        raw.recv().await?,
+        Some(Frame::GoAway {
+            last_good: 1,
+            status: goaway::OK
+        })
+    );
+    assert_eq!(raw.recv().await?, None);
+    Ok(())
+}
