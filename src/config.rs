@@ -55,6 +55,23 @@ impl Default for ImageConfig {
     }
 }
 
+/// Streaming server (exec/attach/port-forward URLs) settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    /// Address the streaming HTTP server binds; port 0 picks an ephemeral port (containerd's
+    /// default). The URLs handed to clients name this address (loopback for a wildcard).
+    pub address: std::net::SocketAddr,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+}
+
 /// The whole daemon configuration. Every key is optional in the file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -81,6 +98,8 @@ pub struct Config {
     pub image: ImageConfig,
     /// Registry hosts: mirrors, plain HTTP, CA files.
     pub registry: crate::image::registry::RegistryConfig,
+    /// Streaming server.
+    pub stream: StreamConfig,
 }
 
 impl Default for Config {
@@ -97,6 +116,7 @@ impl Default for Config {
             default_cgroup_parent: "/bosun".to_string(),
             image: ImageConfig::default(),
             registry: Default::default(),
+            stream: StreamConfig::default(),
         }
     }
 }
@@ -151,6 +171,9 @@ mod tests {
         assert_eq!(c.root, PathBuf::from("/tmp/r"));
         assert_eq!(c.cgroup_driver, CgroupDriver::Systemd);
         assert_eq!(c.image.max_layer_entries, 5);
+        let c = Config::parse("[stream]\naddress = \"0.0.0.0:10010\"\n").expect("parse");
+        assert_eq!(c.stream.address.port(), 10010);
+        assert_eq!(Config::default().stream.address.to_string(), "127.0.0.1:0");
         let err = Config::parse("sockett = \"/x\"").expect_err("typo must be refused");
         assert!(err.to_string().contains("sockett"), "{err}");
     }

@@ -42,6 +42,12 @@ pub async fn run(config: Config) -> Result<()> {
     // Content a crash left outside any image (a pull or GC cut short) is collected now; held
     // container layers are leased and survive it.
     images.spawn_gc(None);
+    // The streaming server (exec/attach/port-forward URLs) is up before the CRI socket.
+    let streaming = crate::stream::Server::start(
+        config.stream.address,
+        Arc::new(crate::stream::RuntimeBackend(runtime.clone())),
+    )
+    .await?;
     let listener = socket::bind(&config.socket)?;
     tracing::info!(
         socket = %config.socket.display(),
@@ -50,6 +56,7 @@ pub async fn run(config: Config) -> Result<()> {
         images = images.list().len(),
         sandboxes = runtime.list_sandboxes(&Default::default()).len(),
         containers = runtime.list_containers(&Default::default()).len(),
+        streaming = %streaming.addr(),
         "bosun serving"
     );
 
@@ -58,9 +65,11 @@ pub async fn run(config: Config) -> Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
         .add_service(
-            RuntimeServiceServer::new(CriRuntime::new(config.clone(), runtime.clone()))
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE),
+            RuntimeServiceServer::new(
+                CriRuntime::new(config.clone(), runtime.clone()).with_streaming(streaming.clone()),
+            )
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
         )
         .add_service(
             ImageServiceServer::new(CriImages::new(images.clone()))

@@ -8,6 +8,7 @@ pub mod sandbox;
 pub mod security;
 pub mod signal;
 pub mod status;
+pub mod stream;
 
 #[cfg(test)]
 mod container_tests;
