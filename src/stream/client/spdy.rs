@@ -257,6 +257,11 @@ impl PortForwarder {
         down.map(|_| ()).map_err(Error::from)
     }
 
+    /// Resolves when the connection has ended.
+    pub async fn closed(&self) {
+        self.conn.closed().await;
+    }
+
     /// Ends the connection.
     pub async fn close(&self) {
         self.conn.goaway().await;
