@@ -5,6 +5,7 @@ mod cri_exec;
 mod cri_images;
 mod cri_pods;
 mod cri_recovery;
+mod cri_sessions;
 mod cri_stop;
 mod daemon;
 mod images;
@@ -16,12 +17,24 @@ mod sandbox;
 mod support;
 
 fn main() {
+    // In-process runtimes (support::inproc) run this binary as their monitor and pod helpers:
+    // dispatched first, while the process is still single-threaded (the monitor forks).
+    let mut argv = std::env::args_os().skip(1);
+    let helper = argv.next();
+    let rest: Vec<std::ffi::OsString> = argv.collect();
+    match helper.as_deref().and_then(|a| a.to_str()) {
+        Some("monitor") => std::process::exit(bosun::monitor::main(rest)),
+        Some("pinns") => std::process::exit(bosun::sandbox::pinns::main(rest)),
+        Some("pod-init") => std::process::exit(bosun::sandbox::init::main(rest)),
+        _ => {}
+    }
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_stop::trials());
     trials.extend(cri_exec::trials());
+    trials.extend(cri_sessions::trials());
     trials.extend(cri_images::trials());
     trials.extend(cri_recovery::trials());
     trials.extend(daemon::trials());

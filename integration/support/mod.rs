@@ -2,6 +2,7 @@
 
 pub mod cri;
 pub mod daemon;
+pub mod inproc;
 pub mod proxy;
 pub mod registry;
 

@@ -66,6 +66,20 @@ pub trait OciRuntime: Send + Sync {
         timeout: Option<Duration>,
         cap: usize,
     ) -> Result<ExecOutput>;
+    /// A streaming `runc exec` for an interactive session (see
+    /// [`super::runtime::exec_stream`]); `size` is a terminal's initial size.
+    async fn exec_stream(
+        &self,
+        id: &str,
+        process: &oci_spec::runtime::Process,
+        stdio: super::runtime::ExecStdio,
+        size: Option<(u16, u16)>,
+    ) -> Result<super::runtime::ExecProcess> {
+        let _ = (process, stdio, size);
+        Err(Error::unimplemented(format!(
+            "container {id}: streaming exec is not supported by this runtime"
+        )))
+    }
 }
 
 /// The real runtime: the `runc` binary with its state directory.
@@ -265,6 +279,16 @@ impl OciRuntime for Runc {
         cap: usize,
     ) -> Result<ExecOutput> {
         super::runtime::exec::run(self, id, process, timeout, cap).await
+    }
+
+    async fn exec_stream(
+        &self,
+        id: &str,
+        process: &oci_spec::runtime::Process,
+        stdio: super::runtime::ExecStdio,
+        size: Option<(u16, u16)>,
+    ) -> Result<super::runtime::ExecProcess> {
+        super::runtime::exec_stream::start(self, id, process, stdio, size).await
     }
 }
 

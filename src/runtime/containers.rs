@@ -478,15 +478,7 @@ impl Runtime {
                 "container {id}: exec: container is {st:?}"
             )));
         }
-        let handle = self.handle(&id);
-        let template = match handle.exec_template() {
-            Some(t) => t,
-            None => {
-                let t = Arc::new(exec_template(&id, &entry.meta().state_dir).await?);
-                handle.set_exec_template(t.clone());
-                t
-            }
-        };
+        let template = self.exec_base(&entry).await?;
         let mut process = (*template).clone();
         process.set_args(Some(cmd));
         process.set_terminal(Some(false));
@@ -531,6 +523,22 @@ impl Runtime {
         rustix::process::kill_process(pid, rustix::process::Signal::USR1).map_err(|e| {
             Error::internal(format!("container {id}: reopen log: signal monitor: {e}"))
         })
+    }
+}
+
+impl Runtime {
+    /// The container's process settings, the base of its execs (cached in its handle).
+    pub(super) async fn exec_base(
+        &self,
+        entry: &super::meta::ContainerEntry,
+    ) -> Result<Arc<oci_spec::runtime::Process>> {
+        let handle = self.handle(entry.id());
+        if let Some(t) = handle.exec_template() {
+            return Ok(t);
+        }
+        let t = Arc::new(exec_template(entry.id(), &entry.meta().state_dir).await?);
+        handle.set_exec_template(t.clone());
+        Ok(t)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Exec, attach and port-forward endpoints of the runtime, for the streaming server.
+//! Attach endpoint of the runtime, for the streaming server (exec lives in
+//! [`super::exec_session`], port-forward in [`super::port_forward`]).
 
 use std::sync::Arc;
 
@@ -7,30 +8,9 @@ use super::Runtime;
 use crate::error::{Error, Result};
 
 impl Runtime {
-    /// Starts `cmd` in the running container `id` with the streams `req` asks for.
-    pub async fn exec(
-        self: &Arc<Self>,
-        id: &str,
-        cmd: Vec<String>,
-        req: StreamRequest,
-    ) -> Result<Session> {
-        let _ = (id, cmd, req);
-        Err(Error::unimplemented("exec: not built yet"))
-    }
-
     /// Attaches to the running container `id`'s stdio through its monitor.
     pub async fn attach(self: &Arc<Self>, id: &str, req: StreamRequest) -> Result<Session> {
         let _ = (id, req);
         Err(Error::unimplemented("attach: not built yet"))
-    }
-
-    /// A TCP connection to `port` on the loopback of sandbox `id`'s network namespace.
-    pub async fn port_forward(
-        self: &Arc<Self>,
-        id: &str,
-        port: u16,
-    ) -> Result<tokio::net::TcpStream> {
-        let _ = (id, port);
-        Err(Error::unimplemented("port forward: not built yet"))
     }
 }

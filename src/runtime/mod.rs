@@ -1,11 +1,13 @@
 //! Runtime domain: sandboxes and containers on runc, their on-disk state and crash recovery.
 
 mod containers;
+mod exec_session;
 mod handle;
 pub mod id;
 mod interactive;
 pub mod meta;
 pub mod paths;
+mod port_forward;
 pub mod recover;
 pub mod reserve;
 mod restore;
@@ -13,6 +15,7 @@ pub mod rootfs;
 mod sandboxes;
 pub mod service;
 pub mod session;
+pub mod session_io;
 pub mod signal;
 pub mod status;
 mod stop;

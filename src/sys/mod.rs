@@ -5,6 +5,7 @@
 //! `#![deny(unsafe_code)]`.
 #![allow(unsafe_code)]
 
+pub mod async_fd;
 pub mod pidfd;
 pub mod spawn;
 

@@ -21,7 +21,7 @@ use crate::sys::CommandExt;
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// A temporary directory removed on drop.
-struct TmpDir(PathBuf);
+pub(crate) struct TmpDir(pub(crate) PathBuf);
 
 impl Drop for TmpDir {
     fn drop(&mut self) {
@@ -46,7 +46,7 @@ async fn read_capped(r: Option<impl AsyncRead + Unpin>, out: &mut Vec<u8>, cap: 
 }
 
 /// The exit status as CRI wants it: the code, or 128 + signal.
-fn code_of(status: ExitStatus) -> i32 {
+pub(crate) fn code_of(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
         .code()
@@ -54,7 +54,7 @@ fn code_of(status: ExitStatus) -> i32 {
         .unwrap_or(255)
 }
 
-fn kill(pid: i32, group: bool) {
+pub(crate) fn kill(pid: i32, group: bool) {
     let Some(p) = rustix::process::Pid::from_raw(pid) else {
         return;
     };
@@ -95,7 +95,7 @@ impl Drop for Killer<'_> {
     }
 }
 
-fn read_pid(path: &Path) -> Option<i32> {
+pub(crate) fn read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 

@@ -2,9 +2,11 @@
 //! and the monitor launcher trait with its fake.
 
 pub(crate) mod exec;
+pub mod exec_stream;
 pub mod fake;
 pub mod fifo;
 pub mod launcher;
 
+pub use exec_stream::{ExecKiller, ExecProcess, ExecStdio};
 pub use fake::{Call, FakeRuntime};
 pub use launcher::{FakeLauncher, MonitorLauncher, ProcessLauncher};
