@@ -98,6 +98,23 @@ impl Default for NetworkConfig {
     }
 }
 
+/// Streaming server (exec/attach/port-forward URLs) settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    /// Address the streaming HTTP server binds; port 0 picks an ephemeral port (containerd's
+    /// default). The URLs handed to clients name this address (loopback for a wildcard).
+    pub address: std::net::SocketAddr,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+}
+
 /// The whole daemon configuration. Every key is optional in the file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -129,6 +146,8 @@ pub struct Config {
     pub registry: crate::image::registry::RegistryConfig,
     /// Pod networking (CNI).
     pub network: NetworkConfig,
+    /// Streaming server.
+    pub stream: StreamConfig,
 }
 
 impl Default for Config {
@@ -147,6 +166,7 @@ impl Default for Config {
             image: ImageConfig::default(),
             registry: Default::default(),
             network: NetworkConfig::default(),
+            stream: StreamConfig::default(),
         }
     }
 }
@@ -201,6 +221,9 @@ mod tests {
         assert_eq!(c.root, PathBuf::from("/tmp/r"));
         assert_eq!(c.cgroup_driver, CgroupDriver::Systemd);
         assert_eq!(c.image.max_layer_entries, 5);
+        let c = Config::parse("[stream]\naddress = \"0.0.0.0:10010\"\n").expect("parse");
+        assert_eq!(c.stream.address.port(), 10010);
+        assert_eq!(Config::default().stream.address.to_string(), "127.0.0.1:0");
         let err = Config::parse("sockett = \"/x\"").expect_err("typo must be refused");
         assert!(err.to_string().contains("sockett"), "{err}");
     }

@@ -46,6 +46,9 @@ fn main() -> std::process::ExitCode {
             }
             Command::Image(cmd) => cli::image::run(socket, cmd).await,
             Command::Version => cli::version(&socket).await,
+            Command::Exec(args) => cli::stream::exec(socket, args).await,
+            Command::Attach(args) => cli::stream::attach(socket, args).await,
+            Command::PortForward(args) => cli::stream::port_forward(socket, args).await,
         }
     });
     match result {

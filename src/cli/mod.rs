@@ -2,6 +2,7 @@
 
 pub mod client;
 pub mod image;
+pub mod stream;
 
 use std::path::PathBuf;
 
@@ -31,6 +32,12 @@ pub enum Command {
     Image(image::ImageCommand),
     /// Print client and daemon versions.
     Version,
+    /// Run a command in a running container (exits with its exit code).
+    Exec(stream::ExecArgs),
+    /// Attach to a running container's stdio.
+    Attach(stream::AttachArgs),
+    /// Forward local TCP ports to a pod.
+    PortForward(stream::PortForwardArgs),
 }
 
 /// Daemon flags; each overrides the config file's key of the same name.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::config::{CgroupDriver, Config};
+use crate::cri::convert::stream as streaming;
 use crate::cri::convert::{
     container, event, exec, filter, resources, sandbox, stats, status as st,
 };
@@ -41,12 +42,30 @@ type Unimplemented<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + 
 pub struct CriRuntime {
     config: Arc<Config>,
     runtime: Arc<Runtime>,
+    streaming: Option<Arc<crate::stream::Server>>,
 }
 
 impl CriRuntime {
     /// Serves `runtime` with `config`.
     pub fn new(config: Arc<Config>, runtime: Arc<Runtime>) -> Self {
-        CriRuntime { config, runtime }
+        CriRuntime {
+            config,
+            runtime,
+            streaming: None,
+        }
+    }
+
+    /// Serves Exec/Attach/PortForward through `server`.
+    pub fn with_streaming(mut self, server: Arc<crate::stream::Server>) -> Self {
+        self.streaming = Some(server);
+        self
+    }
+
+    /// The streaming server, or Unavailable when the daemon runs without one.
+    fn streaming(&self, rpc: &str) -> crate::Result<&crate::stream::Server> {
+        self.streaming
+            .as_deref()
+            .ok_or_else(|| crate::Error::unavailable(format!("{rpc}: no streaming server")))
     }
 
     /// ListPodSandbox / StreamPodSandboxes items.
@@ -361,23 +380,36 @@ impl RuntimeService for CriRuntime {
 
     async fn exec(
         &self,
-        _req: Request<pb::ExecRequest>,
+        req: Request<pb::ExecRequest>,
     ) -> Result<Response<pb::ExecResponse>, Status> {
-        Err(unimplemented("Exec"))
+        let r = streaming::exec_request(req.into_inner()).and_then(|(id, cmd, s)| {
+            self.streaming("exec")?
+                .exec_url(&id, cmd, s)
+                .map(streaming::exec_response)
+        });
+        reply("Exec", r)
     }
 
     async fn attach(
         &self,
-        _req: Request<pb::AttachRequest>,
+        req: Request<pb::AttachRequest>,
     ) -> Result<Response<pb::AttachResponse>, Status> {
-        Err(unimplemented("Attach"))
+        let r = streaming::attach_request(req.into_inner()).and_then(|(id, s)| {
+            let url = self.streaming("attach")?.attach_url(&id, s)?;
+            Ok(pb::AttachResponse { url })
+        });
+        reply("Attach", r)
     }
 
     async fn port_forward(
         &self,
-        _req: Request<pb::PortForwardRequest>,
+        req: Request<pb::PortForwardRequest>,
     ) -> Result<Response<pb::PortForwardResponse>, Status> {
-        Err(unimplemented("PortForward"))
+        let r = streaming::port_forward_request(req.into_inner()).and_then(|id| {
+            let url = self.streaming("port forward")?.port_forward_url(&id)?;
+            Ok(pb::PortForwardResponse { url })
+        });
+        reply("PortForward", r)
     }
 
     async fn container_stats(

@@ -44,6 +44,12 @@ pub async fn run(config: Config) -> Result<()> {
     images.spawn_gc(None);
     let metrics = crate::metrics::Metrics::new(Some(runtime.clone()));
     let metrics_server = serve_metrics(&config, &metrics).await?;
+    // The streaming server (exec/attach/port-forward URLs) is up before the CRI socket.
+    let streaming = crate::stream::Server::start(
+        config.stream.address,
+        Arc::new(crate::stream::RuntimeBackend(runtime.clone())),
+    )
+    .await?;
     let listener = socket::bind(&config.socket)?;
     tracing::info!(
         socket = %config.socket.display(),
@@ -52,6 +58,7 @@ pub async fn run(config: Config) -> Result<()> {
         images = images.list().len(),
         sandboxes = runtime.list_sandboxes(&Default::default()).len(),
         containers = runtime.list_containers(&Default::default()).len(),
+        streaming = %streaming.addr(),
         "bosun serving"
     );
 
@@ -61,9 +68,11 @@ pub async fn run(config: Config) -> Result<()> {
     let server = Server::builder()
         .layer(crate::metrics::layer::MetricsLayer::new(metrics))
         .add_service(
-            RuntimeServiceServer::new(CriRuntime::new(config.clone(), runtime.clone()))
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE),
+            RuntimeServiceServer::new(
+                CriRuntime::new(config.clone(), runtime.clone()).with_streaming(streaming.clone()),
+            )
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
         )
         .add_service(
             ImageServiceServer::new(CriImages::new(images.clone()))

@@ -10,6 +10,7 @@ pub mod security;
 pub mod signal;
 pub mod stats;
 pub mod status;
+pub mod stream;
 
 #[cfg(test)]
 mod container_tests;
