@@ -692,7 +692,7 @@ fn latency() -> Result<()> {
             };
             // The CNI share, from the daemon's log (`ms=` of ADD and DEL).
             let log = d.log();
-            let mut cni_ms = |needle: &str| {
+            let cni_ms = |needle: &str| {
                 let mut v: Vec<Duration> = log
                     .lines()
                     .filter(|l| l.contains(needle))
