@@ -690,8 +690,36 @@ fn latency() -> Result<()> {
                 v.sort();
                 v[(v.len() * p / 100).min(v.len() - 1)]
             };
+            // The CNI share, from the daemon's log (`ms=` of ADD and DEL).
+            let log = d.log();
+            let cni_ms = |needle: &str| {
+                let mut v: Vec<Duration> = log
+                    .lines()
+                    .filter(|l| l.contains(needle))
+                    .filter_map(|l| {
+                        l.split("ms=")
+                            .nth(1)?
+                            .split_whitespace()
+                            .next()?
+                            .parse()
+                            .ok()
+                    })
+                    .map(Duration::from_millis)
+                    // The second StopPodSandbox (in RemovePodSandbox) has nothing to DEL.
+                    .filter(|d| !d.is_zero())
+                    .collect();
+                if v.is_empty() {
+                    Duration::ZERO
+                } else {
+                    pct(&mut v, 50)
+                }
+            };
+            let (add, del) = (
+                cni_ms("pod network attached"),
+                cni_ms("pod network DEL done"),
+            );
             eprintln!(
-                "latency (embedded CNI network, 20 pods): RunPodSandbox p50 {:?} p90 {:?}; StopPodSandbox p50 {:?} p90 {:?}",
+                "latency (embedded CNI network, 20 pods): RunPodSandbox p50 {:?} p90 {:?} (CNI ADD p50 {add:?}); StopPodSandbox p50 {:?} p90 {:?} (CNI DEL p50 {del:?})",
                 pct(&mut run, 50),
                 pct(&mut run, 90),
                 pct(&mut stop, 50),

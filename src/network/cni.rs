@@ -211,7 +211,9 @@ impl Cni {
         let mut prev = prev;
         for i in order {
             let t = list.plugin_type(i);
-            let bin = invoke::find_plugin(t, &self.cfg.bin_dirs)?;
+            // A plugin gone since the config was checked: not a NotFound of the sandbox.
+            let bin = invoke::find_plugin(t, &self.cfg.bin_dirs)
+                .map_err(|e| not_ready(e.context(format!("network {:?}", list.name))))?;
             let stdin = list.plugin_stdin(i, prev.as_ref(), &runtime);
             let out = invoke::run(&bin, &env_base, stdin.to_string().as_bytes(), self.timeout)
                 .await
