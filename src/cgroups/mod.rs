@@ -94,8 +94,41 @@ impl Memory {
     }
 }
 
+/// One line of a pressure file: share of time stalled, and the total stall time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PsiData {
+    /// Total stall time in microseconds.
+    pub total_us: u64,
+    /// Percent of the last 10 s stalled.
+    pub avg10: f64,
+    /// Percent of the last 60 s stalled.
+    pub avg60: f64,
+    /// Percent of the last 300 s stalled.
+    pub avg300: f64,
+}
+
+/// Pressure stall information of one resource (cgroup v2 `*.pressure`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Psi {
+    /// Some tasks stalled.
+    pub some: PsiData,
+    /// All tasks stalled (absent for CPU on older kernels).
+    pub full: Option<PsiData>,
+}
+
+/// Pressure of a cgroup's resources (cgroup v2 only).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pressure {
+    /// `cpu.pressure`.
+    pub cpu: Option<Psi>,
+    /// `memory.pressure`.
+    pub memory: Option<Psi>,
+    /// `io.pressure`.
+    pub io: Option<Psi>,
+}
+
 /// What could be read from one cgroup; `None` parts could not be read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
     /// CPU time.
     pub cpu: Option<Cpu>,
@@ -103,6 +136,8 @@ pub struct Stats {
     pub memory: Option<Memory>,
     /// Tasks in the cgroup (`pids.current`: processes and their threads, as containerd reports).
     pub pids: Option<u64>,
+    /// Pressure stall information (v2; not summed for pods without a cgroup of their own).
+    pub pressure: Pressure,
 }
 
 impl Stats {

@@ -91,6 +91,7 @@ impl Cgroups for V1 {
             cpu: self.cpu(dir),
             memory: self.memory(dir),
             pids: self.pids(dir),
+            pressure: Default::default(),
         }
     }
 }

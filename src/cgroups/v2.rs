@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::parse::{count_lines, read_flat, read_max, read_u64};
-use super::{Cgroups, Cpu, Memory, Stats, Version};
+use super::parse::{count_lines, read_flat, read_max, read_psi, read_u64};
+use super::{Cgroups, Cpu, Memory, Pressure, Stats, Version};
 
 /// Reads cgroup v2 counters below `root` (normally `/sys/fs/cgroup`).
 #[derive(Debug, Clone)]
@@ -73,6 +73,11 @@ impl Cgroups for V2 {
             cpu: Self::cpu(&d),
             memory: Self::memory(&d),
             pids: Self::pids(&d),
+            pressure: Pressure {
+                cpu: read_psi(&d.join("cpu.pressure")),
+                memory: read_psi(&d.join("memory.pressure")),
+                io: read_psi(&d.join("io.pressure")),
+            },
         }
     }
 }

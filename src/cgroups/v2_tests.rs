@@ -24,6 +24,8 @@ fn full_tree(root: &Path, dir: &str) {
     write(root, dir, "memory.swap.current", "0\n");
     write(root, dir, "memory.swap.max", "max\n");
     write(root, dir, "pids.current", "5\n");
+    write(root, dir, "cpu.pressure", "some avg10=2.00 avg60=1.00 avg300=0.50 total=4000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=10\n");
+    write(root, dir, "memory.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=300\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=200\n");
 }
 
 #[test]
@@ -54,6 +56,16 @@ fn reads_cpu_memory_and_pids_as_cadvisor_computes_them() {
     assert_eq!(m.available_bytes(), None);
     assert_eq!((m.swap_bytes, m.swap_available_bytes()), (Some(0), None));
     assert_eq!(s.pids, Some(5));
+    let cpu = s.pressure.cpu.expect("cpu pressure");
+    assert_eq!((cpu.some.avg10, cpu.some.total_us), (2.0, 4000));
+    assert_eq!(
+        s.pressure.memory.and_then(|m| m.full).map(|f| f.total_us),
+        Some(200)
+    );
+    assert!(
+        s.pressure.io.is_none(),
+        "io.pressure absent: no io pressure"
+    );
 }
 
 #[test]

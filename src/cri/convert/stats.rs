@@ -44,16 +44,39 @@ pub fn sandbox_filter(f: Option<pb::PodSandboxStatsFilter>) -> Filter<SandboxSta
     }
 }
 
+fn psi_data(d: &cgroups::PsiData) -> pb::PsiData {
+    pb::PsiData {
+        total: d.total_us,
+        avg10: d.avg10,
+        avg60: d.avg60,
+        avg300: d.avg300,
+    }
+}
+
+fn psi(p: &Option<cgroups::Psi>) -> Option<pb::PsiStats> {
+    p.as_ref().map(|p| pb::PsiStats {
+        full: p.full.as_ref().map(psi_data),
+        some: Some(psi_data(&p.some)),
+    })
+}
+
+fn io(ts: i64, s: &cgroups::Stats) -> Option<pb::IoUsage> {
+    s.pressure.io.as_ref().map(|_| pb::IoUsage {
+        timestamp: ts,
+        psi: psi(&s.pressure.io),
+    })
+}
+
 fn cpu(ts: i64, s: &cgroups::Stats, nano_cores: Option<u64>) -> Option<pb::CpuUsage> {
     s.cpu.as_ref().map(|c| pb::CpuUsage {
         timestamp: ts,
         usage_core_nano_seconds: value(c.usage_ns),
         usage_nano_cores: opt(nano_cores),
-        psi: None,
+        psi: psi(&s.pressure.cpu),
     })
 }
 
-fn memory(ts: i64, m: &Memory) -> pb::MemoryUsage {
+fn memory(ts: i64, m: &Memory, pressure: &Option<cgroups::Psi>) -> pb::MemoryUsage {
     pb::MemoryUsage {
         timestamp: ts,
         working_set_bytes: value(m.working_set_bytes),
@@ -62,7 +85,7 @@ fn memory(ts: i64, m: &Memory) -> pb::MemoryUsage {
         rss_bytes: opt(m.rss_bytes),
         page_faults: opt(m.page_faults),
         major_page_faults: opt(m.major_page_faults),
-        psi: None,
+        psi: psi(pressure),
     }
 }
 
@@ -81,7 +104,7 @@ pub fn container_stats(s: &ContainerStats) -> pb::ContainerStats {
             annotations: unsorted(&meta.request.annotations),
         }),
         cpu: cpu(ts, &s.cgroup, s.usage_nano_cores),
-        memory: mem.map(|m| memory(ts, m)),
+        memory: mem.map(|m| memory(ts, m, &s.cgroup.pressure.memory)),
         writable_layer: s.writable_layer.as_ref().map(|l| pb::FilesystemUsage {
             timestamp: l.timestamp_ns,
             fs_id: Some(pb::FilesystemIdentifier {
@@ -97,7 +120,7 @@ pub fn container_stats(s: &ContainerStats) -> pb::ContainerStats {
                 swap_available_bytes: opt(m.swap_available_bytes()),
                 swap_usage_bytes: opt(m.swap_bytes),
             }),
-        io: None,
+        io: io(ts, &s.cgroup),
     }
 }
 
@@ -126,7 +149,7 @@ pub fn sandbox_stats(s: &SandboxStats) -> pb::PodSandboxStats {
         }),
         linux: Some(pb::LinuxPodSandboxStats {
             cpu: cpu(ts, &s.cgroup, s.usage_nano_cores),
-            memory: s.cgroup.memory.as_ref().map(|m| memory(ts, m)),
+            memory: (s.cgroup.memory.as_ref()).map(|m| memory(ts, m, &s.cgroup.pressure.memory)),
             network: s.network.as_ref().map(|ifs| pb::NetworkUsage {
                 timestamp: ts,
                 default_interface: ifs
@@ -140,7 +163,7 @@ pub fn sandbox_stats(s: &SandboxStats) -> pb::PodSandboxStats {
                 process_count: value(n),
             }),
             containers: s.containers.iter().map(container_stats).collect(),
-            io: None,
+            io: io(ts, &s.cgroup),
         }),
         windows: None,
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::stats::*;
-use crate::cgroups::{Cpu, Memory, Stats};
+use crate::cgroups::{Cpu, Memory, Pressure, Psi, PsiData, Stats};
 use crate::oci::ContainerRequest;
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::meta::{ContainerMeta, SandboxMeta, SandboxRequest};
@@ -82,6 +82,18 @@ fn full_stats(c: Arc<ContainerEntry>) -> ContainerStats {
                 ..Default::default()
             }),
             pids: Some(3),
+            pressure: Pressure {
+                cpu: Some(Psi {
+                    some: PsiData {
+                        total_us: 5,
+                        avg10: 1.5,
+                        ..Default::default()
+                    },
+                    full: None,
+                }),
+                memory: None,
+                io: Some(Psi::default()),
+            },
         },
         usage_nano_cores: Some(250_000_000),
         writable_layer: Some(FsUsage {
@@ -134,7 +146,12 @@ fn container_stats_map_every_field_and_leave_unknowns_unset() {
         Some(7_500_000_000)
     );
     assert_eq!(cpu.usage_nano_cores.map(|v| v.value), Some(250_000_000));
+    let cpu_psi = cpu.psi.expect("cpu psi");
+    assert_eq!(cpu_psi.some.map(|d| (d.total, d.avg10)), Some((5, 1.5)));
+    assert!(cpu_psi.full.is_none());
+    assert!(p.io.and_then(|io| io.psi).is_some(), "io pressure");
     let m = p.memory.expect("memory");
+    assert!(m.psi.is_none(), "no memory pressure read");
     assert_eq!(m.usage_bytes.map(|v| v.value), Some(100));
     assert_eq!(m.working_set_bytes.map(|v| v.value), Some(80));
     assert_eq!(m.available_bytes.map(|v| v.value), Some(920));

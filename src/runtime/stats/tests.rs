@@ -315,3 +315,63 @@ fn a_pod_network_namespace_that_is_gone_gives_no_network_stats() {
     let s = block_on(fx.rt.sandbox_stats(&id)).expect("stats");
     assert!(s.network.is_none());
 }
+
+#[test]
+fn systemd_driver_on_cgroup_v2_reads_the_scope_under_the_pod_slice() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = Config {
+        root: dir.path().join("root"),
+        state: dir.path().join("state"),
+        cgroup_driver: crate::config::CgroupDriver::Systemd,
+        ..Config::default()
+    };
+    let images = Images::open(&config).expect("images");
+    let rt = Runtime::with_parts(
+        Arc::new(config),
+        images,
+        Arc::new(FakeRuntime::new()),
+        Arc::new(FakeLauncher::default()),
+        HostFacts::default(),
+    )
+    .expect("runtime");
+    let v2_root = dir.path().join("unified");
+    rt.set_cgroups(Arc::new(cgroups::V2::new(&v2_root)));
+    let fx = Fixture { dir, rt };
+    let sb = sandbox(
+        &fx,
+        "pod",
+        "kubepods-burstable-pod1.slice",
+        NamespaceMode::Node,
+    );
+    // A container whose cgroupsPath is systemd's slice:prefix:name.
+    let table = &fx.rt.state.containers;
+    let res = table.reserve("c_pod").expect("reserve");
+    let id = res.id().to_string();
+    let meta = ContainerMeta {
+        sandbox_id: sb.clone(),
+        cgroups_path: format!("kubepods-burstable-pod1.slice:bosun:{id}"),
+        ..ContainerMeta::default()
+    };
+    let mut status = ContainerStatus::created(now_ns());
+    status.start(now_ns(), 1).expect("start");
+    table.create(res, meta, status).expect("create");
+    let slice =
+        v2_root.join("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice");
+    let scope = slice.join(format!("bosun-{id}.scope"));
+    for (d, usage, cur) in [(&slice, 900, 8000), (&scope, 300, 5000)] {
+        std::fs::create_dir_all(d).expect("mkdir");
+        std::fs::write(d.join("cpu.stat"), format!("usage_usec {usage}\n")).expect("write");
+        std::fs::write(d.join("memory.current"), format!("{cur}\n")).expect("write");
+        std::fs::write(d.join("memory.stat"), "inactive_file 1000\nanon 10\n").expect("write");
+        std::fs::write(d.join("memory.max"), "20000\n").expect("write");
+        std::fs::write(d.join("pids.current"), "2\n").expect("write");
+    }
+    let c = block_on(fx.rt.container_stats(&id)).expect("stats");
+    assert_eq!(c.cgroup.cpu.map(|c| c.usage_ns), Some(300_000));
+    let m = c.cgroup.memory.expect("memory");
+    assert_eq!((m.usage_bytes, m.working_set_bytes), (5000, 4000));
+    assert_eq!(m.available_bytes(), Some(16_000));
+    let p = block_on(fx.rt.sandbox_stats(&sb)).expect("pod stats");
+    assert_eq!(p.cgroup.cpu.map(|c| c.usage_ns), Some(900_000));
+    assert_eq!(p.cgroup.memory.map(|m| m.working_set_bytes), Some(7000));
+}
