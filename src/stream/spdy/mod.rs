@@ -19,7 +19,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
-pub use header::HeaderError;
 pub use stream::Stream;
 
 /// Stream headers as on the wire: lower-case names, one entry per value.

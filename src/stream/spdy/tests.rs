@@ -815,3 +815,17 @@ async fn syn_stream_flags_fin_and_unidirectional_are_honoured() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn headers_too_large_for_a_frame_fail_the_open_instead_of_corrupting_the_wire() -> Result<()>
+{
+    let (client, _ci, _server, _si) = pair();
+    let noise: String = pattern(9, 200_000)
+        .iter()
+        .map(|b| char::from(b'a' + b % 26))
+        .collect();
+    let r = timeout(T, client.open(h(&[("x", &noise)]))).await?;
+    assert!(r.is_err());
+    timeout(T, client.closed()).await?;
+    Ok(())
+}
