@@ -238,7 +238,7 @@ pub(super) fn parse_control(
         TYPE_SETTINGS => {
             need(4, false)?;
             let n = be32(p, 0) as usize;
-            if p.len() != 4 + n.saturating_mul(8) {
+            if n.checked_mul(8).and_then(|b| b.checked_add(4)) != Some(p.len()) {
                 return Err(FrameError::Length { kind, len: p.len() });
             }
             let entries = p[4..]
@@ -277,10 +277,15 @@ pub(super) fn parse_control(
     Ok(Some(frame))
 }
 
-fn control_head(out: &mut Vec<u8>, kind: u16, flags: u8, len: usize) {
+fn control_head(out: &mut Vec<u8>, kind: u16, flags: u8, len: usize) -> std::io::Result<()> {
+    if len > MAX_CONTROL_LEN {
+        let msg = format!("control frame type {kind} would be {len} bytes (max {MAX_CONTROL_LEN})");
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, msg));
+    }
     out.extend_from_slice(&(0x8000 | VERSION).to_be_bytes());
     out.extend_from_slice(&kind.to_be_bytes());
     out.extend_from_slice(&((u32::from(flags) << 24) | (len as u32 & 0x00ff_ffff)).to_be_bytes());
+    Ok(())
 }
 
 /// Appends the wire form of `frame` to `out`. Header blocks go through `deflater`, which
@@ -304,7 +309,7 @@ pub(super) fn encode(
             headers,
         } => {
             let block = deflater.compress(headers)?;
-            control_head(out, TYPE_SYN_STREAM, *flags, 10 + block.len());
+            control_head(out, TYPE_SYN_STREAM, *flags, 10 + block.len())?;
             u32s(out, &[*stream_id, *assoc_id]);
             out.extend_from_slice(&[(priority & 0x07) << 5, 0]);
             out.extend_from_slice(&block);
@@ -325,16 +330,16 @@ pub(super) fn encode(
                 TYPE_HEADERS
             };
             let block = deflater.compress(headers)?;
-            control_head(out, kind, *flags, 4 + block.len());
+            control_head(out, kind, *flags, 4 + block.len())?;
             u32s(out, &[*stream_id]);
             out.extend_from_slice(&block);
         }
         Frame::RstStream { stream_id, status } => {
-            control_head(out, TYPE_RST_STREAM, 0, 8);
+            control_head(out, TYPE_RST_STREAM, 0, 8)?;
             u32s(out, &[*stream_id, *status]);
         }
         Frame::Settings { flags, entries } => {
-            control_head(out, TYPE_SETTINGS, *flags, 4 + 8 * entries.len());
+            control_head(out, TYPE_SETTINGS, *flags, 4 + 8 * entries.len())?;
             u32s(out, &[entries.len() as u32]);
             for e in entries {
                 u32s(
@@ -344,15 +349,15 @@ pub(super) fn encode(
             }
         }
         Frame::Ping { id } => {
-            control_head(out, TYPE_PING, 0, 4);
+            control_head(out, TYPE_PING, 0, 4)?;
             u32s(out, &[*id]);
         }
         Frame::GoAway { last_good, status } => {
-            control_head(out, TYPE_GOAWAY, 0, 8);
+            control_head(out, TYPE_GOAWAY, 0, 8)?;
             u32s(out, &[*last_good, *status]);
         }
         Frame::WindowUpdate { stream_id, delta } => {
-            control_head(out, TYPE_WINDOW_UPDATE, 0, 8);
+            control_head(out, TYPE_WINDOW_UPDATE, 0, 8)?;
             u32s(out, &[*stream_id, *delta]);
         }
         Frame::Data {

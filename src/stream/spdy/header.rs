@@ -15,7 +15,7 @@ pub(super) const MAX_BLOCK_LEN: usize = 256 * 1024;
 
 /// Why a header block could not be decoded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum HeaderError {
+pub(super) enum HeaderError {
     #[error("zlib: {0}")]
     Zlib(String),
     #[error("decompressed block is larger than {0} bytes")]
@@ -146,7 +146,8 @@ impl Inflater {
                 if out.len() >= MAX_BLOCK_LEN {
                     return Err(HeaderError::TooLarge(MAX_BLOCK_LEN));
                 }
-                out.reserve((out.len()).clamp(1024, MAX_BLOCK_LEN - out.len()));
+                let room = MAX_BLOCK_LEN - out.len();
+                out.reserve_exact(out.len().max(1024).min(room));
             }
             let before_out = out.len();
             let status =
@@ -258,6 +259,16 @@ mod tests {
             Inflater::default().decompress(&block),
             Err(HeaderError::TooLarge(MAX_BLOCK_LEN))
         );
+        Ok(())
+    }
+
+    #[test]
+    fn blocks_up_to_the_cap_decode() -> anyhow::Result<()> {
+        for len in [MAX_BLOCK_LEN - 1000, MAX_BLOCK_LEN - 17, 100_000, 5] {
+            let hs = h(&[("x", &"b".repeat(len))]);
+            let block = Deflater::new()?.compress(&hs)?;
+            assert_eq!(Inflater::default().decompress(&block)?, hs, "{len}");
+        }
         Ok(())
     }
 

@@ -1,7 +1,22 @@
 //! SPDY/3.1 sessions (client and server) carrying Kubernetes remotecommand and portforward.
 //!
 //! Interoperates with moby/spdystream as used by k8s.io/apimachinery's httpstream/spdy, i.e.
-//! with kubelet, kubectl and crictl. See session.rs for the interop facts this relies on.
+//! with kubelet, kubectl and crictl. See session.rs for the interop facts this relies on, and
+//! kubectl_tests.rs for a complete exec / port-forward server against the real Go client.
+//!
+//! ```rust,ignore
+//! // Server side, after answering 101 (see `Connection` for the handshake):
+//! let (conn, mut incoming) = Connection::server(TokioIo::new(upgraded));
+//! while let Some(stream) = incoming.accept().await {   // SYN_REPLY already queued
+//!     match stream.header("streamtype") { Some("stdin") => …, Some("error") => …, _ => … }
+//! }
+//! // …write the exit status on the error stream, `shutdown()` it, then:
+//! conn.goaway().await;                                   // flushes, GOAWAY, closes
+//! ```
+//!
+//! Backpressure: each stream buffers at most 256 KiB received; when an application leaves a
+//! stream unread the session stops reading the connection (as spdystream does), so every
+//! accepted stream should be read (or dropped, which discards its data) concurrently.
 
 mod dictionary;
 mod frame;
@@ -19,7 +34,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
-pub use header::HeaderError;
 pub use stream::Stream;
 
 /// Stream headers as on the wire: lower-case names, one entry per value.

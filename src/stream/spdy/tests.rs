@@ -702,3 +702,130 @@ async fn dropping_every_handle_says_goaway_and_hangs_up() -> Result<()> {
     assert_eq!(raw.recv().await?, None);
     Ok(())
 }
+
+#[tokio::test]
+async fn one_huge_data_frame_arrives_whole_through_the_bounded_buffer() -> Result<()> {
+    // spdystream writes each Write() as one DATA frame, of any size up to 2^24-1.
+    let (mut raw, _server, mut incoming) = raw_server()?;
+    raw.send(&Frame::SynStream {
+        stream_id: 1,
+        assoc_id: 0,
+        priority: 0,
+        flags: 0,
+        headers: h(&[]),
+    })
+    .await?;
+    let mut s = timeout(T, incoming.accept())
+        .await?
+        .ok_or_else(|| anyhow!("no stream"))?;
+    let big = pattern(5, super::frame::MAX_DATA_LEN);
+    let sender = tokio::spawn(async move {
+        raw.send(&Frame::Data {
+            stream_id: 1,
+            flags: FLAG_FIN,
+            data: big,
+        })
+        .await?;
+        // Window updates flowed back while the app consumed (stream 1 and session 0).
+        let mut stream_acked = 0u64;
+        let mut session_acked = 0u64;
+        // No stream-level update once the FIN is in: the bytes buffered then are never acked.
+        let stream_min = (16 << 20) - (super::session::RECV_CAP as u64) - (64 << 10);
+        while stream_acked < stream_min || session_acked < (16 << 20) - (64 << 10) {
+            let mut chunk = [0u8; 4096];
+            let n = timeout(T, raw.io.read(&mut chunk)).await??;
+            if n == 0 {
+                bail!("EOF before window updates: {stream_acked} / {session_acked}");
+            }
+            raw.buf.extend_from_slice(&chunk[..n]);
+            while let Some((f, used)) = decode(&raw.buf, &mut raw.inflater)? {
+                raw.buf.drain(..used);
+                match f {
+                    Some(Frame::WindowUpdate {
+                        stream_id: 1,
+                        delta,
+                    }) => stream_acked += u64::from(delta),
+                    Some(Frame::WindowUpdate {
+                        stream_id: 0,
+                        delta,
+                    }) => session_acked += u64::from(delta),
+                    Some(Frame::SynReply { stream_id: 1, .. }) => {}
+                    other => bail!("unexpected {other:?}"),
+                }
+            }
+        }
+        anyhow::Ok(raw)
+    });
+    let mut got = Vec::new();
+    timeout(T, s.read_to_end(&mut got)).await??;
+    assert_eq!(got.len(), super::frame::MAX_DATA_LEN);
+    assert!(got == pattern(5, super::frame::MAX_DATA_LEN));
+    let _raw = timeout(T, sender).await???;
+    Ok(())
+}
+
+#[tokio::test]
+async fn syn_stream_flags_fin_and_unidirectional_are_honoured() -> Result<()> {
+    let (mut raw, _server, mut incoming) = raw_server()?;
+    raw.send(&Frame::SynStream {
+        stream_id: 1,
+        assoc_id: 0,
+        priority: 0,
+        flags: FLAG_FIN,
+        headers: h(&[]),
+    })
+    .await?;
+    let mut s = timeout(T, incoming.accept())
+        .await?
+        .ok_or_else(|| anyhow!("no stream"))?;
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        timeout(T, s.read(&mut buf)).await??,
+        0,
+        "FIN on SYN_STREAM: nothing to read"
+    );
+    s.write_all(b"ok").await?;
+    let flags = frame::FLAG_UNIDIRECTIONAL;
+    raw.send(&Frame::SynStream {
+        stream_id: 3,
+        assoc_id: 0,
+        priority: 0,
+        flags,
+        headers: h(&[]),
+    })
+    .await?;
+    let mut u = timeout(T, incoming.accept())
+        .await?
+        .ok_or_else(|| anyhow!("no stream"))?;
+    assert!(
+        u.write_all(b"no").await.is_err(),
+        "unidirectional: this side may not send"
+    );
+    assert!(matches!(
+        raw.recv().await?,
+        Some(Frame::SynReply { stream_id: 1, .. })
+    ));
+    assert_eq!(
+        raw.recv().await?,
+        Some(Frame::Data {
+            stream_id: 1,
+            flags: 0,
+            data: b"ok".to_vec()
+        })
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn headers_too_large_for_a_frame_fail_the_open_instead_of_corrupting_the_wire() -> Result<()>
+{
+    let (client, _ci, _server, _si) = pair();
+    let noise: String = pattern(9, 200_000)
+        .iter()
+        .map(|b| char::from(b'a' + b % 26))
+        .collect();
+    let r = timeout(T, client.open(h(&[("x", &noise)]))).await?;
+    assert!(r.is_err());
+    timeout(T, client.closed()).await?;
+    Ok(())
+}
