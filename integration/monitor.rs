@@ -249,6 +249,41 @@ fn memory() -> Result<()> {
         rss <= max_rss && anon <= max_anon,
         "RSS {rss} KiB, Anonymous {anon} KiB"
     );
+    // Two attach clients (one reading, one never) cost the monitor next to nothing.
+    let attach = |fx: &Fixture| -> Result<std::os::fd::OwnedFd> {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        let addr = SocketAddrUnix::new(fx.bundle().join("attach.sock"))?;
+        rustix::net::connect(&fd, &addr)?;
+        Ok(fd)
+    };
+    let (reading, _stuck) = (attach(&fx)?, attach(&fx)?);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut chunks = 0;
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(2) {
+        if rustix::net::recv(&reading, &mut buf[..], rustix::net::RecvFlags::empty())?.0 > 1 {
+            chunks += 1;
+        }
+    }
+    ensure!(chunks > 10, "the attach client got {chunks} chunks in 2 s");
+    let (rss, pss, anon) = (
+        kib("status", "VmRSS:")?,
+        kib("smaps_rollup", "Pss:")?,
+        kib("smaps_rollup", "Anonymous:")?,
+    );
+    eprintln!(
+        "monitor memory ({profile}, 2 attach clients): VmRSS {rss} KiB, Pss {pss} KiB, Anonymous {anon} KiB"
+    );
+    ensure!(
+        rss <= max_rss && anon <= max_anon,
+        "with attach clients: RSS {rss} KiB, Anonymous {anon} KiB"
+    );
     fx.runc_ok(&["kill", &fx.id, "KILL"])?;
     fx.wait_exit(137, Some(9), false)?;
     fx.finish()

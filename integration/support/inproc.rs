@@ -113,6 +113,12 @@ impl InProc {
         Ok(id)
     }
 
+    /// The CRI log file of container `name` in `sandbox`.
+    pub fn log_of(&self, sandbox: &str, name: &str) -> Result<std::path::PathBuf> {
+        let sb = self.rt.sandbox(sandbox)?;
+        Ok(std::path::Path::new(&sb.meta().request.log_directory).join(format!("{name}.log")))
+    }
+
     /// Stops and removes every sandbox (best effort; Drop scrubs whatever is left).
     pub async fn cleanup(&self) {
         for sb in self.rt.list_sandboxes(&Default::default()) {

@@ -28,7 +28,7 @@ pub struct Config {
     pub sync_fd: RawFd,
     /// Give the container a stdin pipe (its write end is kept for attach).
     pub stdin: bool,
-    /// Close stdin after the first attach ends (recorded; attach is not served yet).
+    /// Close the container's stdin once the first attach client's stdin ends.
     pub stdin_once: bool,
     /// Run the container on a terminal (`process.terminal` must be true in the bundle).
     pub tty: bool,

@@ -17,6 +17,8 @@ pub struct Output {
     pub fd: Option<OwnedFd>,
     /// Its CRI log line state.
     pub splitter: LineSplitter,
+    /// Which stream it is (attach clients get it as a tag).
+    pub stream: Stream,
 }
 
 /// What the monitor holds of the container's stdio.
@@ -24,8 +26,9 @@ pub struct Output {
 pub struct ContainerIo {
     /// stdout and stderr (pipes), or the terminal master alone (logged as stdout).
     pub outputs: Vec<Output>,
-    /// Where attach will write the container's stdin (`--stdin` only): the pipe's write end,
-    /// or a duplicate of the terminal master. Held open for the container's lifetime.
+    /// Where attach clients' input goes (`--stdin` only): the pipe's write end (non-blocking),
+    /// or a duplicate of the terminal master. Held open for the container's lifetime unless
+    /// `--stdin-once` closes it.
     pub stdin: Option<OwnedFd>,
 }
 
@@ -35,8 +38,11 @@ pub fn pipes(with_stdin: bool, max_line: usize) -> Result<(ContainerIo, RuncStdi
     let (out_r, out_w) = output_pipe().context("stdout pipe")?;
     let (err_r, err_w) = output_pipe().context("stderr pipe")?;
     let (stdin, runc_stdin) = if with_stdin {
-        // Our write end stays open (for attach), so the container sees no EOF on stdin.
+        // Our write end stays open (for attach), so the container sees no EOF on stdin. It
+        // is non-blocking (only ours: the flag is per open file description): a container
+        // that does not read its stdin must not stall the monitor.
         let (r, w) = pipe_with(PipeFlags::CLOEXEC).context("stdin pipe")?;
+        set_nonblocking(&w).context("stdin pipe")?;
         (Some(w), Stdio::from(r))
     } else {
         (None, Stdio::null())
@@ -84,6 +90,7 @@ fn output(fd: OwnedFd, stream: Stream, max_line: usize) -> Output {
     Output {
         fd: Some(fd),
         splitter: LineSplitter::new(stream, max_line),
+        stream,
     }
 }
 

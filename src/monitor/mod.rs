@@ -34,13 +34,23 @@
 //!    The daemon then runs `runc start` itself.
 //! 5. Output goes to the CRI log file (`O_APPEND`, created 0640; records as in
 //!    [`cri_log`]). SIGUSR1 reopens the log path (kubelet rotation).
-//! 6. Every child is reaped. When the init exits, output is drained until EOF or 2 s, the
+//! 6. `<bundle>/attach.sock` (SOCK_SEQPACKET, 0600, bound before `runc create`) serves
+//!    attach clients ([`attach`], format in [`attach_proto`]): output tagged by stream to
+//!    every client (one that cannot keep up is disconnected, never waited for), client input
+//!    to the container's stdin (`--stdin`; closed after the first client's stdin ends with
+//!    `--stdin-once`), terminal resizes to the master (`--tty`). It closes after the exit
+//!    record is written.
+//! 7. Every child is reaped. When the init exits, output is drained until EOF or 2 s, the
 //!    memory cgroup's OOM-kill counter is compared with its value right after create, and the
 //!    exit file is written atomically:
 //!    `{"pid", "exit_code" (status, or 128+signal), "signal" (number or null), "oom_killed",
 //!    "started_at_ns" (runc create returned), "finished_at_ns" (init reaped)}`; exit 0.
 
 pub mod args;
+pub mod attach;
+pub mod attach_proto;
+#[cfg(test)]
+mod attach_tests;
 pub mod console;
 pub mod container_io;
 pub mod cri_log;
@@ -142,6 +152,7 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
         let (io, stdio) = container_io::pipes(config.stdin, config.log_max_line)?;
         (None, Some(io), stdio)
     };
+    let mut attach = attach::AttachServer::bind(&config.bundle, config.stdin_once, config.tty)?;
     runc::create(config, console.as_ref().map(|_| console::NAME), stdio)?;
     let started_at = SystemTime::now();
     let mut io = match (pipes, console) {
@@ -166,7 +177,7 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
     sync.ready(me, init);
     trim::shed_startup_pages();
 
-    let exit = supervise::run(init, &signals, &mut io, &mut log)?;
+    let exit = supervise::run(init, &signals, &mut io, &mut log, Some(&mut attach))?;
     drop(io);
     let oom_after = oom.as_ref().and_then(OomCounter::read);
     let (code, signal) = exit_code(exit.status);
@@ -179,5 +190,8 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
         finished_at_ns: unix_nanos(exit.at),
     }
     .write(&config.exit_file)
-    .context("record exit")
+    .context("record exit")?;
+    // Attach clients see the end only now: the exit is on disk when they look for it.
+    drop(attach);
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! The event loop: copy container output into the log, reap children, notice the init's exit.
+//! The event loop: copy container output into the log and to attach clients, reap children, notice the init's exit.
 
 use std::process::ExitStatus;
 use std::time::{Duration, Instant, SystemTime};
@@ -7,7 +7,8 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::process::{wait, WaitOptions};
 
-use super::container_io::{ContainerIo, Output};
+use super::attach::{AttachReady, AttachServer};
+use super::container_io::ContainerIo;
 use super::error::{Context, Result};
 use super::exit_record::from_raw;
 use super::log_file::LogFile;
@@ -30,12 +31,14 @@ pub struct InitExit {
 
 /// Runs until the init `init` has exited and its output is drained (EOF on every stream, or
 /// [`DRAIN`] after the exit). Reopens the log on SIGUSR1; reaps every child (we are the
-/// subreaper: orphans of the container end up here). Only the log write may block.
+/// subreaper: orphans of the container end up here); serves attach clients. Only the log
+/// write may block.
 pub fn run(
     init: i32,
     signals: &Signals,
     io: &mut ContainerIo,
     log: &mut LogFile,
+    mut attach: Option<&mut AttachServer>,
 ) -> Result<InitExit> {
     let mut buf = vec![0u8; READ_BUF];
     // The init's exit, and until when its output is still drained.
@@ -52,8 +55,8 @@ pub fn run(
             }
         }
         let deadline = exited.map(|(_, deadline)| deadline);
-        let (signalled, ready) = wait_ready(signals, &io.outputs, deadline)?;
-        if signalled {
+        let ready = wait_ready(signals, io, attach.as_deref(), deadline)?;
+        if ready.signals {
             let arrived = signals.read();
             if arrived.reopen_log {
                 // On failure the old file is kept; the kubelet retries ReopenContainerLog.
@@ -65,21 +68,33 @@ pub fn run(
                 }
             }
         }
-        for (output, ready) in io.outputs.iter_mut().zip(ready) {
-            if ready {
-                read_once(output, &mut buf, log);
+        for (i, ready) in ready.outputs.iter().enumerate() {
+            if *ready {
+                read_once(io, i, &mut buf, log, attach.as_deref_mut());
             }
+        }
+        if let (Some(server), Some(r)) = (attach.as_deref_mut(), &ready.attach) {
+            server.service(r, io, &mut buf);
         }
     }
 }
 
-/// Polls the signalfd and the open outputs; returns which are ready.
+/// What one poll found ready.
+struct Ready {
+    signals: bool,
+    outputs: Vec<bool>,
+    attach: Option<AttachReady>,
+}
+
+/// Polls the signalfd, the open outputs and the attach socket and clients.
 fn wait_ready(
     signals: &Signals,
-    outputs: &[Output],
+    io: &ContainerIo,
+    attach: Option<&AttachServer>,
     deadline: Option<Instant>,
-) -> Result<(bool, Vec<bool>)> {
-    let mut fds = Vec::with_capacity(1 + outputs.len());
+) -> Result<Ready> {
+    let outputs = &io.outputs;
+    let mut fds = Vec::with_capacity(2 + outputs.len() + attach.map_or(0, |a| a.clients() + 1));
     fds.push(PollFd::new(signals, PollFlags::IN));
     let mut slots = Vec::with_capacity(outputs.len());
     for output in outputs {
@@ -88,6 +103,7 @@ fn wait_ready(
             fds.len() - 1
         }));
     }
+    let attach_slots = attach.map(|a| a.register(&mut fds, io.stdin.as_ref()));
     let timeout = deadline
         .map(|d| Timespec::try_from(d.saturating_duration_since(Instant::now())))
         .transpose()
@@ -96,17 +112,28 @@ fn wait_ready(
         Ok(_) | Err(Errno::INTR) => {}
         Err(e) => return Err(e).context("poll"),
     }
-    let signalled = !fds[0].revents().is_empty();
-    let ready = slots
-        .iter()
-        .map(|slot| slot.is_some_and(|i| !fds[i].revents().is_empty()))
-        .collect();
-    Ok((signalled, ready))
+    Ok(Ready {
+        signals: !fds[0].revents().is_empty(),
+        outputs: slots
+            .iter()
+            .map(|slot| slot.is_some_and(|i| !fds[i].revents().is_empty()))
+            .collect(),
+        attach: attach_slots.map(|s| AttachServer::ready(&s, &fds)),
+    })
 }
 
-/// One read from a ready output into the log; end of file (or EIO: the terminal's last
-/// slave closed) flushes what is pending and closes the stream.
-fn read_once(output: &mut Output, buf: &mut [u8], log: &mut LogFile) {
+/// One read from ready output `i` into the log and to attach clients; end of file (or EIO:
+/// the terminal's last slave closed) flushes what is pending and closes the stream.
+fn read_once(
+    io: &mut ContainerIo,
+    i: usize,
+    buf: &mut [u8],
+    log: &mut LogFile,
+    attach: Option<&mut AttachServer>,
+) {
+    let Some(output) = io.outputs.get_mut(i) else {
+        return;
+    };
     let Some(fd) = &output.fd else {
         return;
     };
@@ -114,6 +141,10 @@ fn read_once(output: &mut Output, buf: &mut [u8], log: &mut LogFile) {
         Ok(0) => {}
         Ok(n) => {
             output.splitter.feed(&buf[..n], log);
+            let stream = output.stream;
+            if let Some(server) = attach {
+                server.broadcast(stream, &buf[..n], io);
+            }
             return;
         }
         Err(Errno::AGAIN | Errno::INTR) => return,

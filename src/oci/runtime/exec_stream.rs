@@ -15,6 +15,9 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
+
+use rustix::event::{PollFd, PollFlags};
 
 use rustix::fs::OFlags;
 use rustix::pipe::{pipe_with, PipeFlags};
@@ -58,16 +61,37 @@ pub struct ExecProcess {
 }
 
 /// Kills a streaming exec from anywhere (the container stopped, the session was dropped).
+///
+/// Pids are only signalled while runc runs: until then the exec'd process is alive or runc's
+/// unreaped zombie, so its pid (and runc's group id) cannot belong to anyone else. runc is
+/// watched through a pidfd taken while it was our unreaped child.
 #[derive(Debug, Clone)]
 pub struct ExecKiller {
     pid_file: PathBuf,
     runc_pid: Option<i32>,
+    runc: Option<Arc<OwnedFd>>,
 }
 
 impl ExecKiller {
+    /// Whether runc still runs (without a pidfd: assumed, as for ExecSync).
+    fn runc_running(&self) -> bool {
+        let Some(fd) = &self.runc else {
+            return true;
+        };
+        let mut fds = [PollFd::new(&**fd, PollFlags::IN)];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(0))
+    }
+
     /// SIGKILL to the exec'd process's group (runc's nsexec makes it a session leader), the
-    /// process itself, and runc's group. Harmless once they are gone.
+    /// process itself, and runc's group, while runc runs; nothing once it has exited.
     pub fn kill(&self) {
+        if !self.runc_running() {
+            return;
+        }
         if let Some(pid) = read_pid(&self.pid_file) {
             kill(pid, true);
             kill(pid, false);
@@ -79,8 +103,8 @@ impl ExecKiller {
 
     /// Tells runc the terminal's size changed (it copies it to the container's terminal).
     pub fn winch(&self) {
-        if let Some(pid) = self.runc_pid.and_then(rustix::process::Pid::from_raw) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::WINCH);
+        if let Some(fd) = &self.runc {
+            let _ = rustix::process::pidfd_send_signal(&**fd, rustix::process::Signal::WINCH);
         }
     }
 
@@ -121,6 +145,7 @@ impl ExecProcess {
 impl Drop for ExecProcess {
     fn drop(&mut self) {
         if !self.reaped {
+            // A no-op if runc already exited (the process ended and was reaped).
             self.kill.kill();
         }
     }
@@ -246,9 +271,15 @@ pub(crate) async fn start(
     // Dropping the command closed our copies of runc's ends: EOF reaches us when runc (or the
     // process) is done with them.
     drop(tokio_cmd);
+    let runc_pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let runc_fd = runc_pid
+        .and_then(rustix::process::Pid::from_raw)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+        .map(Arc::new);
     let kill = ExecKiller {
         pid_file,
-        runc_pid: child.id().and_then(|p| i32::try_from(p).ok()),
+        runc_pid,
+        runc: runc_fd,
     };
     Ok(ExecProcess {
         stdin,
@@ -262,4 +293,110 @@ pub(crate) async fn start(
         reaped: false,
         _tmp: tmp,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in runc: records its pid as the exec'd process's, then runs `body`.
+    fn fake_runc(dir: &std::path::Path, body: &str) -> Runc {
+        let script = dir.join("runc");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --pid-file ] && pf=$2; shift; done\necho $$ > \"$pf\"\n{body}\n"
+            ),
+        )
+        .expect("write");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut runc = Runc::new(&script, dir.join("root"));
+        runc.tmp_dir = dir.join("tmp");
+        runc
+    }
+
+    fn process() -> oci_spec::runtime::Process {
+        oci_spec::runtime::Process::default()
+    }
+
+    #[tokio::test]
+    async fn pipes_carry_stdin_and_stdout_and_the_exit_code() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runc = fake_runc(dir.path(), "cat; echo err >&2; exit 3");
+        let stdio = ExecStdio {
+            stdin: true,
+            stdout: true,
+            ..Default::default()
+        };
+        let mut p = start(&runc, "c1", &process(), stdio, None)
+            .await
+            .expect("start");
+        assert!(
+            p.stderr.is_none() && p.terminal.is_none(),
+            "unasked streams"
+        );
+        let stdin = p.stdin.take().expect("stdin");
+        rustix::io::write(&stdin, b"through\n").expect("write");
+        drop(stdin);
+        let stdout = p.stdout.take().expect("stdout");
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(stdout), &mut out).expect("read");
+        assert_eq!(out, b"through\n");
+        assert_eq!(p.wait().await.expect("wait"), 3);
+        drop(p);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp"))
+                .expect("tmp")
+                .count(),
+            0,
+            "temporary files removed"
+        );
+    }
+
+    #[tokio::test]
+    async fn dropping_a_running_exec_kills_it_and_a_finished_one_is_left_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runc = fake_runc(dir.path(), "exec sleep 1000");
+        let p = start(&runc, "c1", &process(), ExecStdio::default(), None)
+            .await
+            .expect("start");
+        let killer = p.killer();
+        let mut pid = None;
+        for _ in 0..100 {
+            pid = killer.pid();
+            if pid.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let pid = pid.expect("pid file written");
+        let fd = rustix::process::pidfd_open(
+            rustix::process::Pid::from_raw(pid).expect("pid"),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .expect("pidfd");
+        assert!(killer.runc_running());
+        drop(p);
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let second = rustix::event::Timespec {
+            tv_sec: 5,
+            tv_nsec: 0,
+        };
+        assert_eq!(
+            rustix::event::poll(&mut fds, Some(&second)).expect("poll"),
+            1,
+            "killed"
+        );
+
+        let runc = fake_runc(dir.path(), "exit 0");
+        let mut p = start(&runc, "c1", &process(), ExecStdio::default(), None)
+            .await
+            .expect("start");
+        assert_eq!(p.wait().await.expect("wait"), 0);
+        assert!(
+            !p.killer().runc_running(),
+            "a finished exec is never signalled"
+        );
+    }
 }

@@ -1,0 +1,359 @@
+//! The attach socket: container output fanned out to attach clients, their input to stdin.
+//!
+//! A non-blocking SOCK_SEQPACKET listener at `<bundle>/attach.sock` (format in
+//! [`super::attach_proto`]). Output is sent to every client with `MSG_DONTWAIT`: a client
+//! whose socket buffer is full is disconnected, never waited for, so neither the container
+//! nor the log ever blocks on an attach. Client input goes to the container's stdin through
+//! one small buffer; while it is not written out no client input is read (flow control
+//! without memory growth). With `--stdin-once` the container's stdin is closed once the first
+//! client that sent stdin ends it (a terminal gets its end-of-file character instead).
+
+use std::fs::File;
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::net::{
+    AddressFamily, RecvFlags, SendAncillaryBuffer, SendFlags, SocketAddrUnix, SocketFlags,
+    SocketType,
+};
+
+use super::attach_proto::{
+    parse_client, ClientMessage, OUT_READY, OUT_STDERR, OUT_STDOUT, SOCKET_NAME,
+};
+use super::container_io::ContainerIo;
+use super::cri_log::Stream;
+use super::error::{Context, Result};
+
+/// The most attach clients at once; more are accepted and closed at once.
+pub const MAX_CLIENTS: usize = 32;
+
+/// The terminal's end-of-file character (VEOF, `^D`).
+const VEOF: u8 = 0x04;
+
+#[derive(Debug)]
+struct Client {
+    fd: OwnedFd,
+    /// The client declared or sent stdin (an empty stdin message declares it).
+    has_stdin: bool,
+}
+
+/// What the last poll reported for the attach descriptors, in [`AttachServer::register`]'s
+/// order.
+#[derive(Debug, Default)]
+pub struct AttachReady {
+    listener: bool,
+    clients: Vec<bool>,
+    stdin_writable: bool,
+}
+
+#[cfg(test)]
+impl AttachReady {
+    /// Everything ready: the listener and `clients` clients (tests drive the server without
+    /// a poll).
+    pub fn all(clients: usize) -> Self {
+        AttachReady {
+            listener: true,
+            clients: vec![true; clients],
+            stdin_writable: true,
+        }
+    }
+}
+
+/// Where [`AttachServer::register`] put the attach descriptors in the poll set.
+#[derive(Debug, Default)]
+pub struct AttachSlots {
+    listener: usize,
+    clients: Option<(usize, usize)>,
+    stdin: Option<usize>,
+}
+
+/// The listening attach socket and its clients.
+#[derive(Debug)]
+pub struct AttachServer {
+    listener: OwnedFd,
+    path: PathBuf,
+    clients: Vec<Client>,
+    stdin_once: bool,
+    tty: bool,
+    /// Client input not yet written to the container's stdin.
+    pending: Vec<u8>,
+    /// Close the container's stdin once `pending` is written (stdin-once).
+    close_stdin: bool,
+    /// The container's stdin was closed for good (stdin-once): input is dropped.
+    stdin_done: bool,
+    /// The last input byte did not end a line (a terminal needs two `^D` to end input then).
+    line_open: bool,
+}
+
+impl AttachServer {
+    /// Binds `<bundle>/attach.sock` (mode 0600), replacing a stale one, and listens. Bound
+    /// through `/proc/self/fd/<bundle fd>/…`: a bundle path may exceed `sun_path`.
+    pub fn bind(bundle: &Path, stdin_once: bool, tty: bool) -> Result<Self> {
+        let path = bundle.join(SOCKET_NAME);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("remove stale {}", path.display()))
+            }
+            _ => {}
+        }
+        let dir = File::open(bundle).with_context(|| format!("open {}", bundle.display()))?;
+        let via_proc = format!("/proc/self/fd/{}/{SOCKET_NAME}", dir.as_raw_fd());
+        let addr = SocketAddrUnix::new(via_proc.as_str()).context("attach socket address")?;
+        let listener = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+        .context("attach socket")?;
+        rustix::net::bind(&listener, &addr)
+            .with_context(|| format!("bind attach socket {}", path.display()))?;
+        let server = AttachServer {
+            listener,
+            path,
+            clients: Vec::new(),
+            stdin_once,
+            tty,
+            pending: Vec::new(),
+            close_stdin: false,
+            stdin_done: false,
+            line_open: false,
+        };
+        std::fs::set_permissions(
+            &server.path,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .context("chmod attach socket")?;
+        rustix::net::listen(&server.listener, 8).context("listen on attach socket")?;
+        Ok(server)
+    }
+
+    /// How many clients are attached.
+    pub fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Adds the listener, the clients (readable: only while no stdin is backed up) and, with
+    /// stdin backed up, the container's stdin (writable) to the poll set.
+    pub fn register<'a>(
+        &'a self,
+        fds: &mut Vec<PollFd<'a>>,
+        stdin: Option<&'a OwnedFd>,
+    ) -> AttachSlots {
+        let mut slots = AttachSlots {
+            listener: fds.len(),
+            ..Default::default()
+        };
+        fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        let backed_up = !self.pending.is_empty();
+        let first = fds.len();
+        for c in &self.clients {
+            // Hang-ups are reported whatever the events asked for.
+            let events = if backed_up {
+                PollFlags::empty()
+            } else {
+                PollFlags::IN
+            };
+            fds.push(PollFd::new(&c.fd, events));
+        }
+        slots.clients = Some((first, fds.len()));
+        if let (true, Some(fd)) = (backed_up, stdin) {
+            slots.stdin = Some(fds.len());
+            fds.push(PollFd::new(fd, PollFlags::OUT));
+        }
+        slots
+    }
+
+    /// Reads what the poll reported for the descriptors [`AttachServer::register`] added.
+    pub fn ready(slots: &AttachSlots, fds: &[PollFd<'_>]) -> AttachReady {
+        let hit = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
+        AttachReady {
+            listener: hit(slots.listener),
+            clients: slots
+                .clients
+                .map(|(a, b)| (a..b).map(hit).collect())
+                .unwrap_or_default(),
+            stdin_writable: slots.stdin.is_some_and(hit),
+        }
+    }
+
+    /// Sends one chunk of output to every client; a client that cannot take it now is
+    /// disconnected.
+    pub fn broadcast(&mut self, stream: Stream, data: &[u8], io: &mut ContainerIo) {
+        if self.clients.is_empty() {
+            return;
+        }
+        let tag = [match stream {
+            Stream::Stdout => OUT_STDOUT,
+            Stream::Stderr => OUT_STDERR,
+        }];
+        let iov = [IoSlice::new(&tag), IoSlice::new(data)];
+        let mut i = 0;
+        while i < self.clients.len() {
+            let sent = rustix::net::sendmsg(
+                &self.clients[i].fd,
+                &iov,
+                &mut SendAncillaryBuffer::default(),
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            );
+            if sent.is_ok() {
+                i += 1;
+            } else {
+                // Full (too slow), or gone: never wait for a client.
+                self.drop_client(i, io);
+            }
+        }
+    }
+
+    /// Accepts new clients, serves client input and writes backed-up stdin.
+    pub fn service(&mut self, ready: &AttachReady, io: &mut ContainerIo, buf: &mut [u8]) {
+        if ready.stdin_writable {
+            self.flush_stdin(io);
+        }
+        // From the back: dropping a client must not shift the ones still to serve.
+        for i in (0..ready.clients.len().min(self.clients.len())).rev() {
+            if ready.clients[i] {
+                self.serve_client(i, io, buf);
+            }
+        }
+        if ready.listener {
+            self.accept();
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match rustix::net::accept_with(
+                &self.listener,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            ) {
+                Ok(fd) if self.clients.len() < MAX_CLIENTS => {
+                    // A fresh socket has room: the client learns it is in the fan-out now.
+                    let ready = rustix::net::send(
+                        &fd,
+                        &[OUT_READY],
+                        SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+                    );
+                    if ready.is_ok() {
+                        self.clients.push(Client {
+                            fd,
+                            has_stdin: false,
+                        });
+                    }
+                }
+                Ok(_too_many) => {}
+                Err(Errno::INTR | Errno::CONNABORTED) => {}
+                Err(_) => return, // EAGAIN: none left; anything else: try at the next poll
+            }
+        }
+    }
+
+    /// One message from client `i` (or its hang-up).
+    fn serve_client(&mut self, i: usize, io: &mut ContainerIo, buf: &mut [u8]) {
+        let n = match rustix::net::recv(&self.clients[i].fd, &mut *buf, RecvFlags::DONTWAIT) {
+            Ok((0, _)) => return self.drop_client(i, io), // orderly close
+            Ok((n, _)) => n,
+            Err(Errno::AGAIN | Errno::INTR) => return,
+            Err(_) => return self.drop_client(i, io),
+        };
+        match parse_client(&buf[..n]) {
+            Some(ClientMessage::Stdin(data)) => {
+                self.clients[i].has_stdin = true;
+                self.write_stdin(data, io);
+            }
+            Some(ClientMessage::StdinEof) => {
+                self.clients[i].has_stdin = false;
+                self.stdin_ended(io);
+            }
+            Some(ClientMessage::Resize { width, height }) if self.tty => {
+                // With a terminal the single output is its master.
+                if let Some(master) = io.outputs.first().and_then(|o| o.fd.as_ref()) {
+                    let ws = rustix::termios::Winsize {
+                        ws_row: height,
+                        ws_col: width,
+                        ws_xpixel: 0,
+                        ws_ypixel: 0,
+                    };
+                    let _ = rustix::termios::tcsetwinsize(master, ws);
+                }
+            }
+            Some(ClientMessage::Resize { .. }) => {}
+            None => {} // unknown: ignored (a newer daemon)
+        }
+    }
+
+    fn drop_client(&mut self, i: usize, io: &mut ContainerIo) {
+        let client = self.clients.swap_remove(i);
+        if client.has_stdin {
+            self.stdin_ended(io);
+        }
+    }
+
+    /// A client's stdin ended: with stdin-once the container's stdin closes (after what is
+    /// still buffered).
+    fn stdin_ended(&mut self, io: &mut ContainerIo) {
+        if !self.stdin_once || self.stdin_done || io.stdin.is_none() {
+            return;
+        }
+        if self.tty {
+            // A terminal cannot be half-closed: type its end of file, twice after an
+            // unfinished line (the first `^D` only ends that line).
+            self.pending.push(VEOF);
+            if self.line_open {
+                self.pending.push(VEOF);
+            }
+        }
+        self.close_stdin = true;
+        self.flush_stdin(io);
+    }
+
+    fn write_stdin(&mut self, data: &[u8], io: &mut ContainerIo) {
+        if self.stdin_done || self.close_stdin || io.stdin.is_none() {
+            return;
+        }
+        if let Some(&last) = data.last() {
+            self.line_open = !matches!(last, b'\n' | b'\r');
+        }
+        self.pending.extend_from_slice(data);
+        self.flush_stdin(io);
+    }
+
+    /// Writes what it can of the buffered input without blocking; closes stdin when asked
+    /// and everything is out; a broken stdin drops the input.
+    fn flush_stdin(&mut self, io: &mut ContainerIo) {
+        let Some(fd) = io.stdin.as_ref() else {
+            self.pending = Vec::new();
+            return;
+        };
+        while !self.pending.is_empty() {
+            match rustix::io::write(fd, &self.pending) {
+                Ok(n) => {
+                    self.pending.drain(..n);
+                }
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => return,
+                Err(_) => {
+                    // The container closed its stdin (or exited): nobody reads it any more.
+                    io.stdin = None;
+                    self.stdin_done = true;
+                    self.pending = Vec::new();
+                    return;
+                }
+            }
+        }
+        self.pending = Vec::new();
+        if self.close_stdin {
+            io.stdin = None;
+            self.stdin_done = true;
+        }
+    }
+}
+
+impl Drop for AttachServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
