@@ -400,6 +400,60 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
         "ListPodSandboxStats by id: {} pods",
         listed.len()
     );
+    // The streaming variants serve the same items in pages.
+    let mut pages = rt
+        .stream_pod_sandbox_stats(pb::StreamPodSandboxStatsRequest {
+            filter: Some(pb::PodSandboxStatsFilter {
+                id: pod.id.clone(),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .into_inner();
+    let mut streamed = Vec::new();
+    while let Some(p) = pages.message().await? {
+        streamed.extend(p.pod_sandbox_stats);
+    }
+    ensure!(
+        streamed.len() == 1
+            && streamed[0].attributes.as_ref().map(|a| a.id.as_str()) == Some(pod.id.as_str()),
+        "StreamPodSandboxStats by id: {} pods",
+        streamed.len()
+    );
+    let listed_ids = list_ids(&mut rt, pb::ContainerStatsFilter::default()).await?;
+    let mut pages = rt
+        .stream_container_stats(pb::StreamContainerStatsRequest { filter: None })
+        .await?
+        .into_inner();
+    let mut streamed_ids = Vec::new();
+    while let Some(p) = pages.message().await? {
+        streamed_ids.extend(
+            p.container_stats
+                .into_iter()
+                .filter_map(|s| s.attributes.map(|a| a.id)),
+        );
+    }
+    streamed_ids.sort();
+    ensure!(
+        streamed_ids == listed_ids,
+        "StreamContainerStats {streamed_ids:?} != {listed_ids:?}"
+    );
+    let mut pages = rt
+        .stream_pod_sandbox_metrics(pb::StreamPodSandboxMetricsRequest {})
+        .await?
+        .into_inner();
+    let mut metric_pods = 0;
+    while let Some(p) = pages.message().await? {
+        metric_pods += p
+            .pod_sandbox_metrics
+            .iter()
+            .filter(|m| m.pod_sandbox_id == pod.id)
+            .count();
+    }
+    ensure!(
+        metric_pods == 1,
+        "StreamPodSandboxMetrics: our pod {metric_pods} times"
+    );
 
     // Metrics over CRI: descriptors with cadvisor's names; samples line up with them.
     let descs = rt

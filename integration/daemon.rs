@@ -180,11 +180,14 @@ fn unserved_rpcs_say_unimplemented() -> anyhow::Result<()> {
         let err = d
             .runtime()
             .await?
-            .stream_pod_sandbox_metrics(pb::StreamPodSandboxMetricsRequest {})
+            .checkpoint_container(pb::CheckpointContainerRequest {
+                container_id: "0123456789ab".into(),
+                ..Default::default()
+            })
             .await
-            .expect_err("not served yet");
+            .expect_err("checkpointing is not served");
         ensure!(err.code() == tonic::Code::Unimplemented, "{err:?}");
-        ensure!(err.message().contains("StreamPodSandboxMetrics"), "{err:?}");
+        ensure!(err.message().contains("CheckpointContainer"), "{err:?}");
         Ok(())
     })
 }

@@ -11,7 +11,7 @@ use crate::cri::convert::stream as streaming;
 use crate::cri::convert::{
     container, event, exec, filter, resources, sandbox, stats, status as st,
 };
-use crate::cri::status::{checkpoint_unavailable, reply, to_status, unimplemented};
+use crate::cri::status::{checkpoint_unavailable, reply, to_status};
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::Runtime;
 use crate::version;
@@ -34,9 +34,6 @@ fn pages<I: Clone + Send + 'static, T: Send + 'static>(
         .collect();
     Box::pin(futures::stream::iter(pages))
 }
-
-/// A server stream type for RPCs that are not served yet.
-type Unimplemented<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
 
 /// The CRI RuntimeService over the runtime domain.
 pub struct CriRuntime {
@@ -436,13 +433,19 @@ impl RuntimeService for CriRuntime {
         reply("ListContainerStats", r)
     }
 
-    type StreamContainerStatsStream = Unimplemented<pb::StreamContainerStatsResponse>;
+    type StreamContainerStatsStream = Pages<pb::StreamContainerStatsResponse>;
 
     async fn stream_container_stats(
         &self,
-        _req: Request<pb::StreamContainerStatsRequest>,
+        req: Request<pb::StreamContainerStatsRequest>,
     ) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
-        Err(unimplemented("StreamContainerStats"))
+        let f = stats::container_filter(req.into_inner().filter);
+        let all = self.runtime.list_container_stats(&f).await;
+        let all = all.map_err(|e| to_status("StreamContainerStats", e))?;
+        let items: Vec<_> = all.iter().map(stats::container_stats).collect();
+        Ok(Response::new(pages(items, |container_stats| {
+            pb::StreamContainerStatsResponse { container_stats }
+        })))
     }
 
     async fn pod_sandbox_stats(
@@ -469,13 +472,19 @@ impl RuntimeService for CriRuntime {
         reply("ListPodSandboxStats", r)
     }
 
-    type StreamPodSandboxStatsStream = Unimplemented<pb::StreamPodSandboxStatsResponse>;
+    type StreamPodSandboxStatsStream = Pages<pb::StreamPodSandboxStatsResponse>;
 
     async fn stream_pod_sandbox_stats(
         &self,
-        _req: Request<pb::StreamPodSandboxStatsRequest>,
+        req: Request<pb::StreamPodSandboxStatsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
-        Err(unimplemented("StreamPodSandboxStats"))
+        let f = stats::sandbox_filter(req.into_inner().filter);
+        let all = self.runtime.list_sandbox_stats(&f).await;
+        let all = all.map_err(|e| to_status("StreamPodSandboxStats", e))?;
+        let items: Vec<_> = all.iter().map(stats::sandbox_stats).collect();
+        Ok(Response::new(pages(items, |pod_sandbox_stats| {
+            pb::StreamPodSandboxStatsResponse { pod_sandbox_stats }
+        })))
     }
 
     async fn update_runtime_config(
@@ -534,13 +543,20 @@ impl RuntimeService for CriRuntime {
         reply("ListPodSandboxMetrics", r)
     }
 
-    type StreamPodSandboxMetricsStream = Unimplemented<pb::StreamPodSandboxMetricsResponse>;
+    type StreamPodSandboxMetricsStream = Pages<pb::StreamPodSandboxMetricsResponse>;
 
     async fn stream_pod_sandbox_metrics(
         &self,
         _req: Request<pb::StreamPodSandboxMetricsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxMetricsStream>, Status> {
-        Err(unimplemented("StreamPodSandboxMetrics"))
+        let all = self.runtime.list_sandbox_stats(&Default::default()).await;
+        let all = all.map_err(|e| to_status("StreamPodSandboxMetrics", e))?;
+        let items: Vec<_> = all.iter().map(stats::sandbox_metrics).collect();
+        Ok(Response::new(pages(items, |pod_sandbox_metrics| {
+            pb::StreamPodSandboxMetricsResponse {
+                pod_sandbox_metrics,
+            }
+        })))
     }
 
     async fn update_pod_sandbox_resources(

@@ -34,14 +34,6 @@ pub fn reply<T>(rpc: &'static str, r: crate::Result<T>) -> Result<Response<T>, S
     r.map(Response::new).map_err(|e| to_status(rpc, e))
 }
 
-/// The answer for RPCs a later bosun version implements.
-pub fn unimplemented(rpc: &'static str) -> Status {
-    Status::unimplemented(format!(
-        "bosun {}: {rpc} is not implemented yet",
-        crate::version::VERSION
-    ))
-}
-
 /// CheckpointContainer's answer: checkpointing is not built yet; says whether CRIU (its
 /// prerequisite) was found on this node.
 pub fn checkpoint_unavailable(criu: Option<&std::path::Path>) -> String {
