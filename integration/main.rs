@@ -13,6 +13,7 @@ mod cri_stop;
 mod daemon;
 mod images;
 mod images_hostile;
+mod kubectl;
 mod monitor;
 mod oci_spec;
 mod runc;
@@ -46,6 +47,7 @@ fn main() {
     trials.extend(daemon::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());
+    trials.extend(kubectl::trials());
     trials.extend(monitor::trials());
     trials.extend(oci_spec::trials());
     trials.extend(runc::trials());

@@ -26,6 +26,8 @@ pub enum Need {
     Runc,
     /// Debian's CNI plugins (containernetworking-plugins), iproute2 and iptables.
     Cni,
+    /// `kubectl` in PATH (client-go's SPDY and WebSocket clients).
+    Kubectl,
 }
 
 fn unmet(need: Need) -> Option<String> {
@@ -54,8 +56,20 @@ fn unmet(need: Need) -> Option<String> {
                 network::DEBIAN_PLUGINS
             ))
         }
+        Need::Kubectl if kubectl_bin().is_none() => {
+            Some("needs kubectl in PATH (client-go's streaming clients)".into())
+        }
         _ => None,
     }
+}
+
+/// `kubectl` in PATH.
+pub fn kubectl_bin() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("kubectl"))
+            .find(|p| p.is_file())
+    })
 }
 
 /// The runc binary: `$BOSUN_RUNC`, else `runc` in PATH, else /usr/sbin/runc.
