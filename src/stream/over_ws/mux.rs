@@ -155,8 +155,14 @@ impl Mux {
     }
 
     /// Sends a close frame after everything queued and waits (bounded) for the peer's reply.
+    /// The frame carries status 1000 (normal closure): client-go's wsstream takes only that as
+    /// the end of the streams; a close without a status (1005) fails the exec on its side.
     pub async fn close(mut self) {
-        let _ = self.tx.send(Message::Close(None)).await;
+        let normal = tokio_tungstenite::tungstenite::protocol::CloseFrame {
+            code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = self.tx.send(Message::Close(Some(normal))).await;
         if let Some(writer) = self.writer.take() {
             let _ = tokio::time::timeout(CLOSE_WAIT, writer).await;
         }
