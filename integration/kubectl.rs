@@ -136,7 +136,7 @@ fn pod_json(c: &Cluster) -> String {
     let containers: Vec<_> = c
         .containers
         .keys()
-        .map(|n| serde_json::json!({"name": n, "image": "busybox"}))
+        .map(|n| serde_json::json!({"name": n, "image": "busybox", "stdin": n == "a", "stdinOnce": n == "a"}))
         .collect();
     serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -191,6 +191,27 @@ async fn serve(tcp: TcpStream, mut cluster: Cluster) -> Result<()> {
                     .exec(pb::ExecRequest {
                         container_id: id,
                         cmd,
+                        tty: flag("tty"),
+                        stdin: flag("stdin"),
+                        stdout: flag("stdout"),
+                        stderr: flag("stderr"),
+                    })
+                    .await?
+                    .into_inner()
+                    .url
+            }
+            "/api/v1/namespaces/default/pods/p/attach" => {
+                let name = q
+                    .iter()
+                    .find(|(k, _)| k == "container")
+                    .map(|(_, v)| v.clone());
+                let id = name
+                    .and_then(|n| cluster.containers.get(&n).cloned())
+                    .context("attach: unknown container")?;
+                cluster
+                    .rt
+                    .attach(pb::AttachRequest {
+                        container_id: id,
                         tty: flag("tty"),
                         stdin: flag("stdin"),
                         stdout: flag("stdout"),
@@ -327,10 +348,18 @@ fn exec_and_port_forward() -> Result<()> {
             let c_id = cri::create_start(&mut rt, &pod, &c).await?;
             let e = cri::sh_config(&pod, "echo", &busybox, "exec nc -ll -p 8080 -e cat");
             let e_id = cri::create_start(&mut rt, &pod, &e).await?;
+            let mut a = cri::sh_config(&pod, "a", &busybox, "exec cat");
+            a.stdin = true;
+            a.stdin_once = true;
+            let a_id = cri::create_start(&mut rt, &pod, &a).await?;
             let cluster = Cluster {
                 rt: rt.clone(),
                 sandbox: pod.id.clone(),
-                containers: HashMap::from([("c".to_string(), c_id), ("echo".to_string(), e_id)]),
+                containers: HashMap::from([
+                    ("c".to_string(), c_id),
+                    ("echo".to_string(), e_id),
+                    ("a".to_string(), a_id.clone()),
+                ]),
             };
             let (port, server) = apiserver(cluster).await?;
             let dir = tempfile::tempdir()?;
@@ -378,6 +407,47 @@ fn exec_and_port_forward() -> Result<()> {
                 );
                 ensure!(err.contains("err"), "{via}: stderr {err:?}");
             }
+
+            // attach -i to `cat` with stdinOnce: the input comes back, stdin's end ends `cat`,
+            // and kubectl returns when the container exits.
+            let input: Vec<u8> = (0..(1 << 20) + 3)
+                .map(|i: usize| (i * 13 % 241) as u8)
+                .collect();
+            let mut child = kubectl(&config, false)
+                .args(["attach", "-i", "p", "-c", "a"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("spawn kubectl attach")?;
+            let mut stdin = child.stdin.take().context("stdin")?;
+            let feed = {
+                let input = input.clone();
+                tokio::spawn(async move {
+                    stdin.write_all(&input).await?;
+                    drop(stdin);
+                    anyhow::Ok(())
+                })
+            };
+            let out = tokio::time::timeout(T, child.wait_with_output())
+                .await
+                .context("kubectl attach did not finish in 60 s")??;
+            feed.await??;
+            let err = String::from_utf8_lossy(&out.stderr);
+            ensure!(
+                out.status.success(),
+                "kubectl attach: {:?}: {err}",
+                out.status
+            );
+            ensure!(
+                out.stdout.len() == input.len()
+                    && Sha256::digest(&out.stdout) == Sha256::digest(&input),
+                "attach: {} bytes came back of {} ({err})",
+                out.stdout.len(),
+                input.len()
+            );
+            let st = cri::wait_exited(&mut rt, &a_id, 10).await?;
+            cri::check_exit(&st, 0, "Completed")?;
 
             // port-forward (SPDY on the runtime leg): three connections echoed by nc in the pod.
             let mut child = kubectl(&config, false)

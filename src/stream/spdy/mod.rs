@@ -1,8 +1,8 @@
 //! SPDY/3.1 sessions (client and server) carrying Kubernetes remotecommand and portforward.
 //!
 //! Interoperates with moby/spdystream as used by k8s.io/apimachinery's httpstream/spdy, i.e.
-//! with kubelet, kubectl and crictl. See session.rs for the interop facts this relies on, and
-//! kubectl_tests.rs for a complete exec / port-forward server against the real Go client.
+//! with kubelet, kubectl and crictl. See session.rs for the interop facts this relies on;
+//! integration/kubectl.rs drives bosun's whole streaming server with the real Go client.
 //!
 //! ```rust,ignore
 //! // Server side, after answering 101 (see `Connection` for the handshake):
@@ -21,8 +21,6 @@
 mod dictionary;
 mod frame;
 mod header;
-#[cfg(test)]
-mod kubectl_tests;
 mod session;
 mod stream;
 #[cfg(test)]
@@ -48,7 +46,7 @@ pub const UPGRADE_PROTOCOL: &str = "SPDY/3.1";
 ///
 /// # The HTTP/1.1 upgrade that precedes it (what the streaming server must do)
 /// Verified against apimachinery `httpstream.Handshake` / `spdy.responseUpgrader` and against
-/// kubectl 1.32 (`kubectl_tests.rs`). The client (kubectl, crictl; client-go's SPDY round
+/// kubectl 1.32 (integration/kubectl.rs). The client (kubectl, crictl; client-go's SPDY round
 /// tripper) sends `POST <url>` with an empty body and:
 /// - `Connection: Upgrade`, `Upgrade: SPDY/3.1`;
 /// - one `X-Stream-Protocol-Version` header per subprotocol, most preferred first (values may
