@@ -470,21 +470,7 @@ impl Runtime {
         cmd: Vec<String>,
         timeout: Option<Duration>,
     ) -> Result<ExecOutput> {
-        require_id("container", id)?;
-        if cmd.is_empty() {
-            return Err(Error::invalid("exec: cmd is required"));
-        }
-        let entry = self.container(id)?;
-        let id = entry.id().to_string();
-        let st = entry.status().state();
-        if st != ContainerState::Running {
-            return Err(Error::precondition(format!(
-                "container {id}: exec: container is {st:?}"
-            )));
-        }
-        let template = self.exec_base(&entry).await?;
-        let mut process = (*template).clone();
-        process.set_args(Some(cmd));
+        let (id, mut process) = self.exec_process(id, cmd).await?;
         process.set_terminal(Some(false));
         process.set_console_size(None);
         let out = self
@@ -532,7 +518,32 @@ impl Runtime {
 
 impl Runtime {
     /// The container's process settings, the base of its execs (cached in its handle).
-    pub(super) async fn exec_base(
+    /// The full id of running container `id` and the process an exec of `cmd` runs there:
+    /// the container's process settings with `cmd` as its arguments. Unknown: NotFound; not
+    /// running: FailedPrecondition.
+    pub(super) async fn exec_process(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+    ) -> Result<(String, oci_spec::runtime::Process)> {
+        require_id("container", id)?;
+        if cmd.is_empty() {
+            return Err(Error::invalid("exec: cmd is required"));
+        }
+        let entry = self.container(id)?;
+        let id = entry.id().to_string();
+        let st = entry.status().state();
+        if st != ContainerState::Running {
+            return Err(Error::precondition(format!(
+                "container {id}: exec: container is {st:?}"
+            )));
+        }
+        let mut process = (*self.exec_base(&entry).await?).clone();
+        process.set_args(Some(cmd));
+        Ok((id, process))
+    }
+
+    async fn exec_base(
         &self,
         entry: &super::meta::ContainerEntry,
     ) -> Result<Arc<oci_spec::runtime::Process>> {

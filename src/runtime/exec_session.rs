@@ -6,10 +6,9 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::mpsc;
 
-use super::service::{require_id, Runtime};
+use super::service::Runtime;
 use super::session::{Session, SessionEnd, StreamRequest, TerminalSize};
 use super::session_io::{self, Drain, TerminalReader, TerminalWriter};
-use super::status::ContainerState;
 use crate::error::{Error, Result};
 use crate::oci::runtime::{ExecKiller, ExecStdio};
 
@@ -36,20 +35,7 @@ impl Runtime {
         cmd: Vec<String>,
         req: StreamRequest,
     ) -> Result<Session> {
-        require_id("container", id)?;
-        if cmd.is_empty() {
-            return Err(Error::invalid("exec: cmd is required"));
-        }
-        let entry = self.container(id)?;
-        let id = entry.id().to_string();
-        let st = entry.status().state();
-        if st != ContainerState::Running {
-            return Err(Error::precondition(format!(
-                "container {id}: exec: container is {st:?}"
-            )));
-        }
-        let mut process = (*self.exec_base(&entry).await?).clone();
-        process.set_args(Some(cmd));
+        let (id, process) = self.exec_process(id, cmd).await?;
         let stdio = ExecStdio {
             tty: req.tty,
             stdin: req.stdin,
