@@ -10,6 +10,7 @@ mod cri_recovery;
 mod cri_sessions;
 mod cri_stats;
 mod cri_stop;
+mod cri_streaming;
 mod daemon;
 mod images;
 mod images_hostile;
@@ -37,6 +38,7 @@ fn main() {
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_stop::trials());
+    trials.extend(cri_streaming::trials());
     trials.extend(cri_exec::trials());
     trials.extend(cri_events::trials());
     trials.extend(cri_sessions::trials());
