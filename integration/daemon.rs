@@ -80,6 +80,20 @@ fn version_status_and_runtime_config() -> anyhow::Result<()> {
             cfg.contains(&d.root().display().to_string()),
             "effective config not shown: {cfg}"
         );
+        let net: serde_json::Value = serde_json::from_str(
+            st.info
+                .get("network")
+                .context("verbose info lacks network")?,
+        )?;
+        ensure!(
+            net["ready"] == true && net["name"] == d.net().name.as_str(),
+            "verbose network info: {net}"
+        );
+        let addr = st
+            .info
+            .get("streamingAddress")
+            .context("no streaming address")?;
+        ensure!(addr.starts_with("127.0.0.1:"), "streaming address {addr}");
 
         let rc = rt
             .runtime_config(pb::RuntimeConfigRequest {})

@@ -131,6 +131,14 @@ impl RuntimeService for CriRuntime {
         if req.into_inner().verbose {
             info.insert("config".to_string(), self.config.to_toml());
             info.insert("version".to_string(), version::long());
+            let net = self.runtime.network_status();
+            let network = serde_json::json!({
+                "name": net.name, "ready": net.ready, "reason": net.reason, "message": net.message,
+            });
+            info.insert("network".to_string(), network.to_string());
+            if let Some(s) = &self.streaming {
+                info.insert("streamingAddress".to_string(), s.addr().to_string());
+            }
         }
         Ok(Response::new(pb::StatusResponse {
             status: Some(pb::RuntimeStatus {
