@@ -193,7 +193,7 @@ impl Daemon {
         let dir = Scratch::new(kind.name())?;
         let log = std::fs::File::create(dir.path().join("daemon.log"))?;
         let mut cmd = match kind {
-            Kind::Bosun => bosun_command(dir.path())?,
+            Kind::Bosun => bosun_command(dir.path(), cni)?,
             Kind::Containerd => containerd_command(dir.path(), cni)?,
         };
         let sweep = Sweep {
@@ -349,10 +349,21 @@ fn socket_of(kind: Kind, dir: &Path) -> PathBuf {
     }
 }
 
-fn bosun_command(dir: &Path) -> anyhow::Result<Command> {
-    // An empty config file keeps a host /etc/bosun/config.toml out of the measurement.
+fn bosun_command(dir: &Path, cni: bool) -> anyhow::Result<Command> {
+    // A config of our own keeps a host /etc/bosun/config.toml out of the measurement. Pods get
+    // the very network containerd's get (the same conflist, IPAM state in this dir); without
+    // `cni` the conf dir stays empty and every pod is on the host network, so bosun's embedded
+    // default network (with masquerade) is never used.
+    let (conf_dir, bin_dir) = write_cni(dir, cni)?;
     let config = dir.join("config.toml");
-    std::fs::write(&config, "")?;
+    std::fs::write(
+        &config,
+        format!(
+            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\n",
+            conf_dir.display().to_string(),
+            bin_dir.display().to_string()
+        ),
+    )?;
     let mut cmd = Command::new(BOSUN);
     cmd.arg("--socket")
         .arg(dir.join("bosun.sock"))
@@ -370,6 +381,21 @@ fn bosun_command(dir: &Path) -> anyhow::Result<Command> {
 /// is containerd's default, which the bench imports under that name) and, with `cni`, a bridge
 /// network whose IPAM state stays in `dir`.
 fn containerd_command(dir: &Path, cni: bool) -> anyhow::Result<Command> {
+    write_cni(dir, cni)?;
+    // The registry mirror entry is unused here: nothing is pulled.
+    let text = CONTAINERD_TOML
+        .replace("@DIR@", &dir.display().to_string())
+        .replace("@REGISTRY@", "127.0.0.1:9");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, text)?;
+    let mut cmd = Command::new("containerd");
+    cmd.arg("--config").arg(config);
+    Ok(cmd)
+}
+
+/// The bench's CNI conf and bin dirs under `dir`; with `cni`, a bridge network (no gateway, no
+/// NAT) whose IPAM state stays in `dir`, the same for both runtimes.
+fn write_cni(dir: &Path, cni: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
     let conf_dir = dir.join("cni/conf");
     let bin_dir = dir.join("cni/bin");
     std::fs::create_dir_all(&conf_dir)?;
@@ -398,15 +424,7 @@ fn containerd_command(dir: &Path, cni: bool) -> anyhow::Result<Command> {
             serde_json::to_vec_pretty(&conf)?,
         )?;
     }
-    // The registry mirror entry is unused here: nothing is pulled.
-    let text = CONTAINERD_TOML
-        .replace("@DIR@", &dir.display().to_string())
-        .replace("@REGISTRY@", "127.0.0.1:9");
-    let config = dir.join("config.toml");
-    std::fs::write(&config, text)?;
-    let mut cmd = Command::new("containerd");
-    cmd.arg("--config").arg(config);
-    Ok(cmd)
+    Ok((conf_dir, bin_dir))
 }
 
 /// The sandbox image containerd uses when its config names none (`containerd config default`).

@@ -211,8 +211,9 @@ async fn run_kind(
     bundle: &mut Bundle,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    // containerd without a CNI network can only run host-network pods.
-    let host_net = opts.host_network || (kind == Kind::Containerd && !cni);
+    // Without the bench's CNI network both runtimes run host-network pods (same conditions;
+    // bosun would otherwise fall back to its embedded default network, with masquerade).
+    let host_net = opts.host_network || !cni;
     let d = Daemon::start(kind, cni).await?;
     let idle = d.idle_mem().await?;
     report.record(
