@@ -128,6 +128,43 @@ impl Cri {
         Ok((Pod { id, config }, took))
     }
 
+    /// A clone of the RuntimeService client.
+    pub fn client(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone()
+    }
+
+    /// ExecSync of `argv` in container `id` (10 s timeout); its exit code.
+    pub async fn exec_sync(&mut self, id: &str, argv: &[&str]) -> anyhow::Result<i32> {
+        let r = self
+            .client
+            .exec_sync(pb::ExecSyncRequest {
+                container_id: id.to_string(),
+                cmd: argv.iter().map(|a| a.to_string()).collect(),
+                timeout: 10,
+            })
+            .await
+            .with_context(|| format!("ExecSync {argv:?}"))?;
+        Ok(r.into_inner().exit_code)
+    }
+
+    /// The pod's IP as PodSandboxStatus reports it ("" when it has none).
+    pub async fn pod_ip(&mut self, id: &str) -> anyhow::Result<String> {
+        let st = self
+            .client
+            .pod_sandbox_status(pb::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: false,
+            })
+            .await
+            .context("PodSandboxStatus")?
+            .into_inner();
+        Ok(st
+            .status
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .unwrap_or_default())
+    }
+
     /// CreateContainer of busybox running `argv` in `pod`; returns its id and the duration.
     pub async fn create(
         &mut self,

@@ -249,6 +249,11 @@ impl Daemon {
         }
     }
 
+    /// The daemon's CRI socket.
+    pub fn socket(&self) -> PathBuf {
+        socket_of(self.kind, self.dir.path())
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }

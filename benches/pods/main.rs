@@ -11,6 +11,7 @@ mod pause;
 mod phases;
 mod procs;
 mod report;
+mod streams;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -254,7 +255,12 @@ async fn run_kind(
             opts.list_pods,
             opts.list_per_pod
         );
-        phases::list(&d, &mut cri, opts, host_net, report).await
+        phases::list(&d, &mut cri, opts, host_net, report).await?;
+        eprintln!(
+            "pods bench: {}: exec, throughput and stats over 100 containers",
+            kind.name()
+        );
+        streams::run(&d, &mut cri, host_net, report).await
     };
     let r = phases.await;
     if r.is_err() {
@@ -270,18 +276,17 @@ fn header(opts: &Opts, cni: bool) -> String {
         "Every pod uses the host's network on both sides (--host-network).".to_string()
     } else if cni {
         format!(
-            "Pods have their own network namespace. bosun: loopback only (no CNI yet). containerd \
-             needs a CNI network or RunPodSandbox fails (\"cni plugin not initialized\"; a \
-             loopback-only config fails too: \"failed to find network info for sandbox\", \
-             containerd 1.6 wants an address on eth0), so it gets \
-             a bridge network from Debian's containernetworking-plugins ({CNI_PLUGINS}: bridge \
-             + host-local, no gateway, no NAT): a veth per pod that bosun does not make. The \
-             `host network` rows compare both without netns and CNI."
+            "Pods have their own network namespace, and both runtimes attach them with the same CNI \
+             conflist: a bridge network from Debian's containernetworking-plugins ({CNI_PLUGINS}: \
+             bridge + host-local, no gateway, no NAT; leases in each daemon's temp dir), a veth \
+             and an address per pod (checked in PodSandboxStatus after each timed call). \
+             containerd also runs a pause container per pod. The `host network` rows compare \
+             both without netns and CNI."
         )
     } else {
         format!(
             "No CNI plugins in {CNI_PLUGINS} (apt-get install containernetworking-plugins): \
-             containerd's pods use the host's network, bosun's get their own netns with loopback."
+             every pod uses the host's network on both sides."
         )
     };
     [

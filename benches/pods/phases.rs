@@ -63,6 +63,16 @@ pub async fn latency(
         let cfg = cri.pod_config("lat", host_net)?;
         let (pod, took) = cri.run_pod(cfg).await?;
         run.push(ms(took));
+        if !host_net {
+            // A pod without an address would make the figure meaningless.
+            let ip = cri.pod_ip(&pod.id).await?;
+            anyhow::ensure!(
+                !ip.is_empty(),
+                "{}: pod {} got no IP from CNI",
+                d.kind.name(),
+                pod.id
+            );
+        }
         pods.push(pod);
     }
     p50_p95(report, d, &format!("RunPodSandbox{net}"), &run);
