@@ -11,6 +11,7 @@ use bosun::image::service::Images;
 use bosun::oci::{ContainerRequest, NamespaceMode};
 use bosun::runtime::{NewContainer, PodName, Runtime, SandboxRequest};
 
+use super::network::TestNet;
 use super::{images_dir, runc_bin, scratch};
 
 /// The busybox test image's reference inside the fixture.
@@ -20,6 +21,9 @@ pub const BUSYBOX: &str = "bosun.test/busybox:latest";
 pub struct InProc {
     /// The runtime.
     pub rt: Arc<Runtime>,
+    /// The pod network: the test's own bridge and subnet, no masquerade, no default route
+    /// (never bosun's embedded default, which masquerades and keeps leases in /var/lib/cni).
+    net: TestNet,
     dir: tempfile::TempDir,
 }
 
@@ -36,6 +40,8 @@ impl InProc {
             dir.path().join("state").display().to_string(),
             runc.display().to_string(),
         );
+        let net = TestNet::new(dir.path())?;
+        let toml = net.merge_into(&toml);
         let config = Arc::new(Config::parse(&toml)?);
         let images = Images::open(&config)?;
         let archive = images_dir().join("busybox.oci.tar");
@@ -50,7 +56,7 @@ impl InProc {
         .await
         .with_context(|| format!("import {}", archive.display()))?;
         let rt = Runtime::open(config, images).await?;
-        Ok(InProc { rt, dir })
+        Ok(InProc { rt, net, dir })
     }
 
     /// Runs a sandbox named `name` (own network namespace unless `host_network`).
@@ -135,5 +141,6 @@ impl Drop for InProc {
         let parent = format!("/{}", name.to_string_lossy());
         let state = self.dir.path().join("state");
         super::cri::scrub(self.dir.path(), &state, &parent);
+        self.net.cleanup();
     }
 }
