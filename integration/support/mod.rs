@@ -65,21 +65,13 @@ fn unmet(need: Need) -> Option<String> {
 
 /// `kubectl` in PATH.
 pub fn kubectl_bin() -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("kubectl"))
-            .find(|p| p.is_file())
-    })
+    bosun::oci::host::find_in_path("kubectl")
 }
 
 /// The runc binary: `$BOSUN_RUNC`, else `runc` in PATH, else /usr/sbin/runc.
 pub fn runc_bin() -> Option<PathBuf> {
     let from_env = std::env::var_os("BOSUN_RUNC").map(PathBuf::from);
-    let in_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("runc"))
-            .find(|p| p.is_file())
-    });
+    let in_path = bosun::oci::host::find_in_path("runc");
     from_env
         .into_iter()
         .chain(in_path)

@@ -528,7 +528,9 @@ impl Runtime {
     ) -> Result<(String, oci_spec::runtime::Process)> {
         require_id("container", id)?;
         if cmd.is_empty() {
-            return Err(Error::invalid("exec: cmd is required"));
+            return Err(Error::invalid(format!(
+                "container {id}: exec: cmd is required (the command and its arguments)"
+            )));
         }
         let entry = self.container(id)?;
         let id = entry.id().to_string();
