@@ -1,7 +1,9 @@
 //! Standalone pod supervisor: the kubelet's pod lifecycle for pods bosun runs itself (issue 5; pure rules first).
 
+pub mod api;
 pub mod backoff;
 pub mod conditions;
+pub mod exec;
 pub mod grace;
 pub mod manifest;
 pub mod phase;
