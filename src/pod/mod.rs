@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod conditions;
 pub mod exec;
 pub mod grace;
+pub mod labels;
 pub mod manifest;
 pub mod phase;
 pub mod probe;
