@@ -13,6 +13,7 @@ pub mod probe_result;
 pub mod quantity;
 pub mod resources;
 pub mod validate;
+pub mod volumes;
 
 #[cfg(test)]
 mod probe_tests;
