@@ -84,27 +84,27 @@ mod tests {
 
     #[test]
     fn file_content_wins_and_is_capped() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("msg");
-        std::fs::write(&file, "x".repeat(5000)).unwrap();
+        std::fs::write(&file, "x".repeat(5000)).expect("write");
         let log = dir.path().join("log");
-        std::fs::write(&log, log_line(1)).unwrap();
+        std::fs::write(&log, log_line(1)).expect("write");
         let msg = termination_message(&file, Some("FallbackToLogsOnError"), &log, 1);
         assert_eq!(msg.len(), 4096);
     }
 
     #[test]
     fn fallback_only_on_failure_with_empty_file() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("msg");
-        std::fs::write(&file, "").unwrap();
+        std::fs::write(&file, "").expect("write");
         let log = dir.path().join("log");
         let mut text = String::new();
         for i in 0..100 {
             text.push_str(&log_line(i));
         }
         text.push_str("2026-11-22T13:00:00Z stderr P par\n2026-11-22T13:00:00Z stderr F tial\n");
-        std::fs::write(&log, text).unwrap();
+        std::fs::write(&log, text).expect("write");
         assert_eq!(termination_message(&file, Some("File"), &log, 1), "");
         assert_eq!(
             termination_message(&file, Some("FallbackToLogsOnError"), &log, 0),
