@@ -21,7 +21,7 @@ const MEM_SETTLE: Duration = Duration::from_secs(2);
 const MEM_FLOOR: f64 = 2048.0 * MIB;
 
 /// p50 and p95 rows of `samples` (ms).
-fn p50_p95(report: &mut Report, d: &Daemon, name: &str, samples: &[f64]) {
+pub fn p50_p95(report: &mut Report, d: &Daemon, name: &str, samples: &[f64]) {
     for (p, label) in [(0.5, "p50"), (0.95, "p95")] {
         report.record(
             &format!("{name} {label}"),

@@ -8,7 +8,8 @@ use bosun::proto::runtime::v1 as pb;
 
 use crate::cri::Cri;
 use crate::daemons::{Daemon, BOSUN};
-use crate::measure::{ms, percentile, settle};
+use crate::measure::{ms, settle};
+use crate::phases::p50_p95;
 use crate::report::{Report, Unit};
 
 /// Pods × containers of the phase (100 running `sleep`s).
@@ -18,17 +19,6 @@ const PER_POD: usize = 10;
 const CALLS: usize = 20;
 /// Bytes streamed for the throughput rows.
 const STREAM_BYTES: u64 = 256 << 20;
-
-fn p50_p95(report: &mut Report, d: &Daemon, name: &str, samples: &[f64]) {
-    for (p, label) in [(0.5, "p50"), (0.95, "p95")] {
-        report.record(
-            &format!("{name} {label}"),
-            Unit::Ms,
-            d.kind,
-            percentile(samples, p),
-        );
-    }
-}
 
 /// `bosun --socket <daemon> exec [--transport t] id -- argv`: the runtime's Exec RPC for the
 /// URL, then bosun's SPDY or WebSocket client against that runtime's streaming server.
