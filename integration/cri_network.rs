@@ -619,7 +619,9 @@ fn pod_cidr() -> Result<()> {
     let base = d.net().subnet();
     let v4 = base.replace(".0/24", ".128/25");
     let o = d.net().gateway().octets();
-    let v6 = format!("fd{:02x}:{:02x}::/64", o[1], o[2]);
+    // Canonical spelling (no leading zeros), so the daemon's log and errors read the same.
+    let (s0, s1) = (0xfd00 | u16::from(o[1]), u16::from(o[2]));
+    let v6 = format!("{s0:x}:{s1:x}::/64");
     cri::with_log(
         &d,
         block_on(async {
@@ -638,10 +640,7 @@ fn pod_cidr() -> Result<()> {
             ensure!(d.net().contains(&ip) && last > 128, "{ip} not in {v4}");
             ensure!(more.len() == 1, "additional IPs {more:?}");
             let v6ip: std::net::Ipv6Addr = more[0].parse()?;
-            ensure!(
-                v6ip.to_string().starts_with(&v6.replace("::/64", ":")),
-                "{v6ip} not in {v6}"
-            );
+            ensure!(v6ip.segments()[..4] == [s0, s1, 0, 0], "{v6ip} not in {v6}");
             cri::remove_pod(&mut rt, &pod.id).await?;
             Ok(())
         }),
