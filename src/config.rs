@@ -130,6 +130,8 @@ pub struct PodConfig {
     pub secret_dir: PathBuf,
     /// Restart back-off cap in seconds (the kubelet's maxContainerRestartPeriod, 1–300).
     pub backoff_max_secs: u64,
+    /// First restart back-off in seconds (the kubelet's 10; never above the cap).
+    pub backoff_initial_secs: u64,
 }
 
 impl Default for PodConfig {
@@ -140,6 +142,7 @@ impl Default for PodConfig {
             configmap_dir: PathBuf::from("/etc/bosun/configmaps"),
             secret_dir: PathBuf::from("/etc/bosun/secrets"),
             backoff_max_secs: 300,
+            backoff_initial_secs: 10,
         }
     }
 }

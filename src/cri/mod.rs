@@ -6,4 +6,4 @@ pub mod runtime;
 pub mod status;
 
 pub use image::CriImages;
-pub use runtime::CriRuntime;
+pub use runtime::{CriRuntime, PodStatusSource};

@@ -40,6 +40,13 @@ pub struct CriRuntime {
     config: Arc<Config>,
     runtime: Arc<Runtime>,
     streaming: Option<Arc<crate::stream::Server>>,
+    pods: Option<Arc<dyn PodStatusSource>>,
+}
+
+/// The standalone supervisor's pod status by pod uid, for PodSandboxStatus verbose info.
+pub trait PodStatusSource: Send + Sync + 'static {
+    /// The Kubernetes Pod (with status) as JSON, if `uid` is a supervised pod.
+    fn pod_status_json(&self, uid: &str) -> Option<String>;
 }
 
 impl CriRuntime {
@@ -49,7 +56,14 @@ impl CriRuntime {
             config,
             runtime,
             streaming: None,
+            pods: None,
         }
+    }
+
+    /// Adds the supervised pods' status to PodSandboxStatus verbose info.
+    pub fn with_pods(mut self, pods: Arc<dyn PodStatusSource>) -> Self {
+        self.pods = Some(pods);
+        self
     }
 
     /// Serves Exec/Attach/PortForward through `server`.
@@ -213,7 +227,15 @@ impl RuntimeService for CriRuntime {
             pb::PodSandboxStatusResponse {
                 status: Some(st::sandbox_status(e.id(), meta, &status)),
                 info: if req.verbose {
-                    st::sandbox_info(e.id(), meta, &status)
+                    let mut info = st::sandbox_info(e.id(), meta, &status);
+                    if let Some(pod) = self
+                        .pods
+                        .as_ref()
+                        .and_then(|p| p.pod_status_json(&meta.request.pod.uid))
+                    {
+                        info.insert("pod".to_string(), pod);
+                    }
+                    info
                 } else {
                     HashMap::new()
                 },

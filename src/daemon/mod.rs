@@ -50,6 +50,13 @@ pub async fn run(config: Config) -> Result<()> {
         Arc::new(crate::stream::RuntimeBackend(runtime.clone())),
     )
     .await?;
+    // Supervised pods are picked up (and their probes restarted) before the socket exists.
+    let supervisor = crate::pod::supervisor::Supervisor::open(
+        runtime.clone(),
+        images.clone(),
+        config.clone(),
+    )
+    .await?;
     let listener = socket::bind(&config.socket)?;
     tracing::info!(
         socket = %config.socket.display(),
@@ -69,7 +76,9 @@ pub async fn run(config: Config) -> Result<()> {
         .layer(crate::metrics::layer::MetricsLayer::new(metrics))
         .add_service(
             RuntimeServiceServer::new(
-                CriRuntime::new(config.clone(), runtime.clone()).with_streaming(streaming.clone()),
+                CriRuntime::new(config.clone(), runtime.clone())
+                    .with_streaming(streaming.clone())
+                    .with_pods(supervisor.clone()),
             )
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE),

@@ -12,6 +12,7 @@ pub mod probe;
 pub mod probe_result;
 pub mod quantity;
 pub mod resources;
+pub mod supervisor;
 pub mod validate;
 pub mod volumes;
 

@@ -1,0 +1,534 @@
+//! The standalone pod supervisor: one worker task per pod, the kubelet's lifecycle over the runtime.
+
+mod events;
+mod record;
+mod start;
+mod state;
+mod static_pods;
+mod status;
+mod sync;
+mod terminate;
+mod worker;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use self::record::Record;
+use self::worker::{Msg, Worker};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::image::service::Images;
+use crate::pod::api::{
+    ApplyAction, ApplyOutcome, ApplyRequest, Applied, DeleteRequest, PodService, PodView,
+    SetCondition, WatchEvent,
+};
+use crate::pod::env::Sources;
+use crate::pod::exec::Exec;
+use crate::pod::{labels, manifest, validate};
+use crate::runtime::{Filter, Runtime};
+
+/// Watch events kept for a slow watcher.
+const WATCH_BACKLOG: usize = 1024;
+
+/// A live pod's handle.
+struct Handle {
+    uid: String,
+    tx: mpsc::UnboundedSender<Msg>,
+    view: watch::Receiver<Arc<PodView>>,
+    done: watch::Receiver<bool>,
+    /// The applied spec, labels and annotations: an identical apply changes nothing.
+    fingerprint: String,
+}
+
+/// What every worker shares.
+pub struct Shared {
+    pub runtime: Arc<Runtime>,
+    pub images: Arc<Images>,
+    pub config: Arc<Config>,
+    pub exec: Arc<dyn Exec>,
+    pub http: reqwest::Client,
+    /// `<root>/pods`: one directory per pod uid (record, volumes).
+    pub pods_dir: PathBuf,
+    pub watch: broadcast::Sender<WatchEvent>,
+    pub node_name: String,
+    pub host_ip: String,
+    /// Live pods by (namespace, name).
+    live: Mutex<BTreeMap<(String, String), Handle>>,
+    /// Every worker (live or terminating) by pod uid, for runtime events.
+    workers: Mutex<HashMap<String, (mpsc::UnboundedSender<Msg>, watch::Receiver<Arc<PodView>>)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    pub fn sources(&self) -> Sources {
+        Sources {
+            configmap_dir: self.config.pod.configmap_dir.clone(),
+            secret_dir: self.config.pod.secret_dir.clone(),
+        }
+    }
+
+    /// The pod leaves the API (its worker may still be stopping it).
+    pub fn forget(&self, namespace: &str, name: &str, uid: &str) {
+        let mut live = lock(&self.live);
+        let key = (namespace.to_string(), name.to_string());
+        if live.get(&key).is_some_and(|h| h.uid == uid) {
+            live.remove(&key);
+        }
+    }
+
+    /// The pod is gone entirely.
+    pub fn forget_uid(&self, uid: &str) {
+        lock(&self.workers).remove(uid);
+        lock(&self.live).retain(|_, h| h.uid != uid);
+    }
+}
+
+/// The supervisor.
+pub struct Supervisor {
+    sh: Arc<Shared>,
+}
+
+fn fingerprint(pod: &Pod) -> String {
+    let v = serde_json::json!({
+        "labels": pod.metadata.labels,
+        "annotations": pod.metadata.annotations,
+        "spec": pod.spec,
+    });
+    v.to_string()
+}
+
+fn new_uid() -> String {
+    let b: [u8; 16] = rand::random();
+    let h = hex::encode(b);
+    format!("{}-{}-4{}-a{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
+}
+
+/// The node's name (its hostname) and an address of it (the hostname's first non-loopback
+/// IPv4, else 127.0.0.1).
+fn node_facts() -> (String, String) {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let ip = std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), 0))
+        .ok()
+        .into_iter()
+        .flatten()
+        .map(|a| a.ip())
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
+    (name.to_lowercase(), ip)
+}
+
+impl Supervisor {
+    /// Opens the supervisor: picks up every recorded pod (running ones keep running,
+    /// terminations restart with full grace), removes supervised sandboxes nobody records,
+    /// and starts the static pod watcher.
+    pub async fn open(
+        runtime: Arc<Runtime>,
+        images: Arc<Images>,
+        config: Arc<Config>,
+    ) -> Result<Arc<Supervisor>> {
+        let pods_dir = config.root.join("pods");
+        std::fs::create_dir_all(&pods_dir)
+            .map_err(|e| Error::internal(format!("create {}: {e}", pods_dir.display())))?;
+        let http = crate::pod::probe::http_client()
+            .map_err(|e| Error::internal(format!("probe http client: {e}")))?;
+        let (node_name, host_ip) = node_facts();
+        let sh = Arc::new(Shared {
+            exec: Arc::new(runtime.clone()),
+            runtime,
+            images,
+            config,
+            http,
+            pods_dir,
+            watch: broadcast::channel(WATCH_BACKLOG).0,
+            node_name,
+            host_ip,
+            live: Mutex::new(BTreeMap::new()),
+            workers: Mutex::new(HashMap::new()),
+        });
+        let sup = Arc::new(Supervisor { sh: sh.clone() });
+        sup.recover().await;
+        spawn_event_router(sh.clone());
+        if !sh.config.pod.manifest_dir.as_os_str().is_empty() {
+            static_pods::spawn(sup.clone());
+        }
+        Ok(sup)
+    }
+
+    async fn recover(&self) {
+        let records = record::load_all(&self.sh.pods_dir);
+        let uids: std::collections::HashSet<String> =
+            records.iter().map(|r| r.uid().to_string()).collect();
+        self.remove_orphans(&uids).await;
+        // The newest record of a name is the live one; older ones were being replaced.
+        let mut newest: HashMap<String, String> = HashMap::new();
+        for r in &records {
+            if r.deletion.is_none() {
+                newest.insert(r.key(), r.uid().to_string());
+            }
+        }
+        for mut r in records {
+            let live = newest.get(&r.key()).map(String::as_str) == Some(r.uid());
+            if !live && r.deletion.is_none() {
+                r.deletion = Some(record::Deletion {
+                    at_ns: crate::runtime::status::now_ns(),
+                    grace_secs: 30,
+                    force: false,
+                });
+            }
+            let in_api = r.deletion.is_none_or(|d| !d.force);
+            let fp = fingerprint(&r.pod);
+            self.spawn(r, None, fp, in_api);
+        }
+        tracing::info!(pods = lock(&self.sh.live).len(), "supervised pods recovered");
+    }
+
+    /// Supervised sandboxes with no record (a crash between removal steps) are removed.
+    async fn remove_orphans(&self, uids: &std::collections::HashSet<String>) {
+        let mut f: Filter<crate::runtime::SandboxState> = Filter::default();
+        f.labels
+            .insert(labels::SUPERVISED.to_string(), "true".to_string());
+        for s in self.sh.runtime.list_sandboxes(&f) {
+            let uid = s.meta().request.pod.uid.clone();
+            if uids.contains(&uid) {
+                continue;
+            }
+            tracing::warn!(sandbox = %s.id(), uid = %uid, "supervised sandbox without a pod record: removing");
+            let _ = self.sh.runtime.stop_sandbox(s.id()).await;
+            let _ = self.sh.runtime.remove_sandbox(s.id()).await;
+        }
+    }
+
+    /// Starts a worker for `rec`; `in_api`: the pod is visible (not force-deleted).
+    fn spawn(
+        &self,
+        rec: Record,
+        predecessor: Option<watch::Receiver<bool>>,
+        fingerprint: String,
+        in_api: bool,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ptx, prx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = watch::channel(false);
+        let initial = Arc::new(PodView {
+            pod: rec.pod.clone(),
+            events: Vec::new(),
+            probes: Vec::new(),
+            source: rec.source.clone(),
+            sandbox_id: String::new(),
+            logs: Vec::new(),
+        });
+        let (view_tx, view_rx) = watch::channel(initial);
+        let uid = rec.uid().to_string();
+        let key = (rec.namespace().to_string(), rec.name().to_string());
+        lock(&self.sh.workers).insert(uid.clone(), (tx.clone(), view_rx.clone()));
+        if in_api {
+            lock(&self.sh.live).insert(
+                key,
+                Handle {
+                    uid: uid.clone(),
+                    tx: tx.clone(),
+                    view: view_rx,
+                    done: done_rx,
+                    fingerprint,
+                },
+            );
+        }
+        let mut w = Worker::new(self.sh.clone(), rec, tx, ptx, view_tx);
+        w.gone = !in_api;
+        let sh = self.sh.clone();
+        tokio::spawn(async move {
+            w.run(rx, prx, predecessor).await;
+            sh.forget_uid(&uid);
+            let _ = done_tx.send(true);
+        });
+    }
+
+    fn handle(&self, namespace: &str, name: &str) -> Result<(mpsc::UnboundedSender<Msg>, Arc<PodView>)> {
+        let live = lock(&self.sh.live);
+        let found = live
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|h| (h.tx.clone(), h.view.borrow().clone()));
+        found.ok_or_else(|| Error::not_found(format!("pod {namespace}/{name}: not found")))
+    }
+
+    async fn ask(
+        &self,
+        namespace: &str,
+        name: &str,
+        msg: impl FnOnce(oneshot::Sender<Result<Arc<PodView>>>) -> Msg,
+    ) -> Result<PodView> {
+        let (tx, _) = self.handle(namespace, name)?;
+        let (rtx, rrx) = oneshot::channel();
+        tx.send(msg(rtx))
+            .map_err(|_| Error::not_found(format!("pod {namespace}/{name}: not found")))?;
+        let view = rrx
+            .await
+            .map_err(|_| Error::not_found(format!("pod {namespace}/{name}: gone")))??;
+        Ok((*view).clone())
+    }
+
+    /// Applies `pods` from `source` (`api`, or `file` with the file's path).
+    pub(crate) fn apply_pods(
+        &self,
+        pods: Vec<Pod>,
+        source: &str,
+        file: Option<PathBuf>,
+    ) -> Vec<Applied> {
+        let mut out = Vec::new();
+        for mut pod in pods {
+            let ns = pod
+                .metadata
+                .namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "default".into());
+            pod.metadata.namespace = Some(ns.clone());
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let fp = fingerprint(&pod);
+            let key = (ns.clone(), name.clone());
+            let (action, predecessor) = {
+                let live = lock(&self.sh.live);
+                match live.get(&key) {
+                    Some(h) if h.fingerprint == fp => {
+                        out.push(Applied {
+                            namespace: ns,
+                            name,
+                            uid: h.uid.clone(),
+                            action: ApplyAction::Unchanged,
+                        });
+                        continue;
+                    }
+                    Some(h) => {
+                        let (rtx, _) = oneshot::channel();
+                        let _ = h.tx.send(Msg::Delete {
+                            grace: None,
+                            force: false,
+                            reply: rtx,
+                        });
+                        (ApplyAction::Replaced, Some((h.uid.clone(), h.done.clone())))
+                    }
+                    None => (ApplyAction::Created, None),
+                }
+            };
+            let uid = new_uid();
+            let now = crate::runtime::status::now_ns();
+            pod.metadata.uid = Some(uid.clone());
+            pod.metadata.creation_timestamp = status::time(now);
+            pod.metadata.deletion_timestamp = None;
+            pod.metadata.deletion_grace_period_seconds = None;
+            pod.status = None;
+            let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
+            annotations.insert(labels::CONFIG_SOURCE.to_string(), source.to_string());
+            if let Some(f) = &file {
+                annotations.insert(
+                    static_pods::CONFIG_FILE.to_string(),
+                    f.display().to_string(),
+                );
+            }
+            pod.metadata.annotations = Some(annotations);
+            let rec = Record {
+                pod,
+                source: source.to_string(),
+                file: file.clone(),
+                created_ns: now,
+                deletion: None,
+                gates: BTreeMap::new(),
+                finished: false,
+                replaces: predecessor.as_ref().map(|(u, _)| u.clone()),
+            };
+            if let Err(e) = rec.save(&self.sh.pods_dir) {
+                tracing::error!(pod = %rec.key(), error = %e, "save pod record");
+                continue;
+            }
+            self.spawn(rec, predecessor.map(|(_, d)| d), fp, true);
+            out.push(Applied {
+                namespace: ns,
+                name,
+                uid,
+                action,
+            });
+        }
+        out
+    }
+
+    /// Parses and validates `text` whole: every error of every pod, or the pods and warnings.
+    pub(crate) fn check(text: &str, source: &str) -> Result<(Vec<Pod>, Vec<String>)> {
+        let pods = manifest::parse(source, text)?;
+        let mut errors = Vec::new();
+        let mut warnings = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for p in &pods {
+            let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            let name = p.metadata.name.clone().unwrap_or_default();
+            if !seen.insert((ns.clone(), name.clone())) {
+                errors.push(format!("pod {ns}/{name}: appears twice in {source}"));
+            }
+            match validate::validate(p).into_result(&format!("{ns}/{name}")) {
+                Ok(w) => warnings.extend(w.into_iter().map(|w| format!("pod {ns}/{name}: {w}"))),
+                Err(e) => errors.push(e.message().to_string()),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Error::invalid(format!(
+                "{source}: nothing applied: {}",
+                errors.join("\n")
+            )));
+        }
+        Ok((pods, warnings))
+    }
+
+    /// Live pods that came from static pod file `file`.
+    pub(crate) fn pods_of_file(&self, file: &std::path::Path) -> Vec<(String, String)> {
+        let live = lock(&self.sh.live);
+        live.iter()
+            .filter(|(_, h)| {
+                h.view.borrow().source == "file"
+                    && h
+                        .view
+                        .borrow()
+                        .pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(static_pods::CONFIG_FILE))
+                        .is_some_and(|f| std::path::Path::new(f) == file)
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Live static pods (not yet terminating) whose file is not among `files`.
+    pub(crate) fn static_pods_without(&self, files: &[PathBuf]) -> Vec<(String, String)> {
+        let live = lock(&self.sh.live);
+        live.iter()
+            .filter(|(_, h)| {
+                let v = h.view.borrow();
+                v.source == "file"
+                    && v.pod.metadata.deletion_timestamp.is_none()
+                    && v.pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(static_pods::CONFIG_FILE))
+                        .is_some_and(|f| !files.iter().any(|x| x == std::path::Path::new(f)))
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Starts deleting a live pod with its own grace.
+    pub(crate) fn delete_quietly(&self, namespace: &str, name: &str) {
+        if let Ok((tx, _)) = self.handle(namespace, name) {
+            let (rtx, _) = oneshot::channel();
+            let _ = tx.send(Msg::Delete {
+                grace: None,
+                force: false,
+                reply: rtx,
+            });
+        }
+    }
+}
+
+/// Routes runtime events (container exits...) to the worker of the pod they belong to.
+fn spawn_event_router(sh: Arc<Shared>) {
+    let mut rx = sh.runtime.subscribe_events();
+    tokio::spawn(async move {
+        loop {
+            match rx.recv().await {
+                Ok(ev) => {
+                    let uid = ev
+                        .sandbox
+                        .as_ref()
+                        .and_then(|(s, _)| s.meta().request.labels.get(labels::POD_UID).cloned());
+                    if let Some(uid) = uid {
+                        if let Some((tx, _)) = lock(&sh.workers).get(&uid) {
+                            let _ = tx.send(Msg::Wake);
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    for (tx, _) in lock(&sh.workers).values() {
+                        let _ = tx.send(Msg::Wake);
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+}
+
+#[async_trait::async_trait]
+impl PodService for Supervisor {
+    async fn apply(&self, req: ApplyRequest) -> Result<ApplyOutcome> {
+        let source = if req.source.is_empty() { "-" } else { &req.source };
+        let (pods, warnings) = Self::check(&req.text, source)?;
+        let pods = self.apply_pods(pods, "api", None);
+        Ok(ApplyOutcome { pods, warnings })
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<PodView> {
+        let (_, view) = self.handle(namespace, name)?;
+        Ok((*view).clone())
+    }
+
+    async fn list(
+        &self,
+        namespace: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<PodView>> {
+        let live = lock(&self.sh.live);
+        Ok(live
+            .iter()
+            .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+            .map(|(_, h)| h.view.borrow().clone())
+            .filter(|v| {
+                let have = v.pod.metadata.labels.as_ref();
+                labels
+                    .iter()
+                    .all(|(k, val)| have.and_then(|l| l.get(k)) == Some(val))
+            })
+            .map(|v| (*v).clone())
+            .collect())
+    }
+
+    async fn delete(&self, req: DeleteRequest) -> Result<PodView> {
+        if req.grace_period.is_some_and(|g| g < 0) {
+            return Err(Error::invalid(format!(
+                "pod {}/{}: grace period must not be negative",
+                req.namespace, req.name
+            )));
+        }
+        self.ask(&req.namespace, &req.name, |reply| Msg::Delete {
+            grace: req.grace_period,
+            force: req.force,
+            reply,
+        })
+        .await
+    }
+
+    fn watch(&self) -> broadcast::Receiver<WatchEvent> {
+        self.sh.watch.subscribe()
+    }
+
+    async fn set_condition(&self, req: SetCondition) -> Result<PodView> {
+        let (ns, name) = (req.namespace.clone(), req.name.clone());
+        self.ask(&ns, &name, |reply| Msg::SetCondition { req, reply })
+            .await
+    }
+}
+
+impl crate::cri::PodStatusSource for Supervisor {
+    fn pod_status_json(&self, uid: &str) -> Option<String> {
+        let view = lock(&self.sh.workers).get(uid).map(|(_, v)| v.borrow().clone())?;
+        serde_json::to_string(&view.pod).ok()
+    }
+}

@@ -1,0 +1,100 @@
+//! Static pods: a watched manifest directory; added, changed or removed files create, replace or delete pods.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Supervisor;
+
+/// The annotation naming a static pod's file.
+pub const CONFIG_FILE: &str = "io.bosun.pod.config.file";
+
+/// How often the directory is scanned (the kubelet's file source checks every 20 s and on
+/// inotify; a 2 s scan of a small directory costs nothing and needs no watcher).
+const SCAN: Duration = Duration::from_secs(2);
+
+/// Starts the watcher.
+pub fn spawn(sup: Arc<Supervisor>) {
+    tokio::spawn(async move {
+        let dir = sup.sh.config.pod.manifest_dir.clone();
+        let mut seen: HashMap<PathBuf, String> = HashMap::new();
+        loop {
+            scan(&sup, &dir, &mut seen);
+            tokio::time::sleep(SCAN).await;
+        }
+    });
+}
+
+fn manifest_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && !p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with('.'))
+                && matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml" | "json")
+                )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// One pass: applies new and changed files, deletes the pods of removed ones (and pods a
+/// changed file no longer lists). An invalid file is logged and its pods are left as they are.
+fn scan(sup: &Supervisor, dir: &Path, seen: &mut HashMap<PathBuf, String>) {
+    let files = manifest_files(dir);
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        if seen.get(f) == Some(&text) {
+            continue;
+        }
+        let source = f.display().to_string();
+        match Supervisor::check(&text, &source) {
+            Ok((pods, warnings)) => {
+                for w in warnings {
+                    tracing::warn!(file = %source, "{w}");
+                }
+                let keep: Vec<(String, String)> = pods
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+                            p.metadata.name.clone().unwrap_or_default(),
+                        )
+                    })
+                    .collect();
+                for (ns, name) in sup.pods_of_file(f) {
+                    if !keep.contains(&(ns.clone(), name.clone())) {
+                        sup.delete_quietly(&ns, &name);
+                    }
+                }
+                for a in sup.apply_pods(pods, "file", Some(f.clone())) {
+                    tracing::info!(file = %source, pod = %format!("{}/{}", a.namespace, a.name), action = a.action.as_str(), "static pod");
+                }
+            }
+            Err(e) => tracing::warn!(file = %source, error = %e, "static pod manifest rejected"),
+        }
+        seen.insert(f.clone(), text);
+    }
+    let gone: Vec<PathBuf> = seen.keys().filter(|p| !files.contains(p)).cloned().collect();
+    for f in gone {
+        seen.remove(&f);
+    }
+    // Pods whose file is gone (also while the daemon was down).
+    for (ns, name) in sup.static_pods_without(&files) {
+        tracing::info!(pod = %format!("{ns}/{name}"), "static pod file removed: deleting the pod");
+        sup.delete_quietly(&ns, &name);
+    }
+}

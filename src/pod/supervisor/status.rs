@@ -1,0 +1,256 @@
+//! The pod's Kubernetes status (phase, conditions, container statuses) and its PodView.
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::state::{CState, Inst, PostStart};
+use super::worker::Worker;
+use crate::pod::api::{LogRef, PodView};
+use crate::pod::conditions::{self, PodFacts};
+use crate::pod::phase::{self, Phase};
+use crate::pod::resources;
+use crate::pod::translate::ContainerKind;
+use crate::pod::volumes;
+use crate::runtime::ContainerState as RtState;
+
+/// A Kubernetes time from unix nanoseconds (`None` for 0 or out of range).
+pub fn time(ns: i64) -> Option<Time> {
+    if ns <= 0 {
+        return None;
+    }
+    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(ns))
+        .ok()
+        .map(Time)
+}
+
+impl Worker {
+    /// Whether container `c` will be restarted after its current exit.
+    fn will_restart(&self, c: &CState) -> bool {
+        if self.termination.as_ref().is_some_and(|t| t.delete) || self.rec.finished {
+            return false;
+        }
+        let code = c.current.as_ref().and_then(Inst::exited);
+        match (c.kind, code) {
+            (_, None) => false,
+            (ContainerKind::Sidecar, Some(_)) => !self.apps_done(),
+            (ContainerKind::Init, Some(0)) => false,
+            (ContainerKind::Init, Some(_)) => self.policy() != phase::RestartPolicy::Never,
+            (ContainerKind::App, Some(code)) => self.policy().restarts(code),
+        }
+    }
+
+    fn phase_containers(&self) -> Vec<phase::Container> {
+        self.cs
+            .iter()
+            .map(|c| phase::Container {
+                name: c.name().to_string(),
+                kind: c.phase_kind(),
+                state: c.phase_state(self.will_restart(c)),
+            })
+            .collect()
+    }
+
+    /// The pod phase now.
+    pub fn phase(&self) -> Phase {
+        let deleting = self.termination.as_ref().is_some_and(|t| t.delete);
+        phase::phase(self.policy(), &self.phase_containers(), deleting || self.rec.finished)
+    }
+
+    /// Builds the view: the pod with its status, events, probe results, log files.
+    pub fn build_view(&mut self) -> PodView {
+        let phase = self.phase();
+        let containers = self.phase_containers();
+        let gates: Vec<(String, Option<bool>)> = self
+            .rec
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.readiness_gates.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|g| {
+                let st = self
+                    .rec
+                    .gates
+                    .get(&g.condition_type)
+                    .map(|c| c.status == "True");
+                (g.condition_type.clone(), st)
+            })
+            .collect();
+        let facts = PodFacts {
+            sandbox_ready: self.sandbox.as_ref().is_some_and(|s| s.ready),
+            phase,
+        };
+        let now_s = crate::runtime::status::now_ns() / 1_000_000_000;
+        let computed = conditions::conditions(facts, &containers, &gates);
+        self.conditions = conditions::track(&self.conditions, computed, now_s);
+        let mut conds: Vec<PodCondition> = self
+            .conditions
+            .iter()
+            .map(|t| PodCondition {
+                type_: t.condition.kind.as_str().to_string(),
+                status: if t.condition.status { "True" } else { "False" }.to_string(),
+                reason: (!t.condition.reason.is_empty()).then(|| t.condition.reason.clone()),
+                message: (!t.condition.message.is_empty()).then(|| t.condition.message.clone()),
+                last_transition_time: time(t.last_transition * 1_000_000_000),
+                ..Default::default()
+            })
+            .collect();
+        for (name, g) in &self.rec.gates {
+            conds.push(PodCondition {
+                type_: name.clone(),
+                status: g.status.clone(),
+                reason: (!g.reason.is_empty()).then(|| g.reason.clone()),
+                message: (!g.message.is_empty()).then(|| g.message.clone()),
+                last_transition_time: time(g.last_transition_ns),
+                ..Default::default()
+            });
+        }
+        let ip = self.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let statuses: Vec<(ContainerKind, ContainerStatus)> = self
+            .cs
+            .iter()
+            .map(|c| (c.kind, self.container_status(c)))
+            .collect();
+        let init_statuses: Vec<_> = statuses
+            .iter()
+            .filter(|(k, _)| *k != ContainerKind::App)
+            .map(|(_, s)| s.clone())
+            .collect();
+        let app_statuses: Vec<_> = statuses
+            .into_iter()
+            .filter(|(k, _)| *k == ContainerKind::App)
+            .map(|(_, s)| s)
+            .collect();
+        let status = PodStatus {
+            phase: Some(phase.as_str().to_string()),
+            conditions: Some(conds),
+            host_ip: Some(self.sh.host_ip.clone()),
+            pod_ip: ip.clone(),
+            pod_ips: ip.map(|ip| vec![PodIP { ip }]),
+            start_time: time(self.rec.created_ns),
+            qos_class: Some(resources::qos_class(&self.rec.pod).as_str().to_string()),
+            init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+            container_statuses: Some(app_statuses),
+            ..Default::default()
+        };
+        let mut pod = self.rec.pod.clone();
+        pod.status = Some(status);
+        let mut probes: Vec<_> = self.probe_reports.values().cloned().collect();
+        probes.sort_by(|a, b| (&a.container, &a.probe).cmp(&(&b.container, &b.probe)));
+        PodView {
+            pod,
+            events: self.events.list(),
+            probes,
+            source: self.rec.source.clone(),
+            sandbox_id: self
+                .sandbox
+                .as_ref()
+                .map(|s| s.id.clone())
+                .unwrap_or_default(),
+            logs: self
+                .cs
+                .iter()
+                .map(|c| LogRef {
+                    container: c.name().to_string(),
+                    current: c.current.as_ref().map(|i| i.log_path.clone()),
+                    previous: c.previous.as_ref().map(|i| i.log_path.clone()),
+                    container_id: c.current.as_ref().map(|i| i.id.clone()),
+                })
+                .collect(),
+        }
+    }
+
+    fn terminated(&self, c: &CState, i: &Inst) -> ContainerStateTerminated {
+        let term_path = volumes::termination_message_path(
+            &self.rec.dir(&self.sh.pods_dir),
+            c.name(),
+            i.attempt,
+        );
+        let message = volumes::termination_message(
+            &term_path,
+            c.spec.termination_message_policy.as_deref(),
+            std::path::Path::new(&i.log_path),
+            i.status.exit_code,
+        );
+        let reason = if i.status.reason.is_empty() {
+            crate::runtime::status::reason_for(i.status.exit_code, false).to_string()
+        } else {
+            i.status.reason.clone()
+        };
+        ContainerStateTerminated {
+            exit_code: i.status.exit_code,
+            reason: Some(reason),
+            message: (!message.is_empty()).then_some(message),
+            started_at: time(i.status.started_ns),
+            finished_at: time(i.status.finished_ns),
+            container_id: Some(format!("bosun://{}", i.id)),
+            ..Default::default()
+        }
+    }
+
+    fn container_status(&self, c: &CState) -> ContainerStatus {
+        let waiting = |reason: &str, message: Option<String>| ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.to_string()),
+                message,
+            }),
+            ..Default::default()
+        };
+        let last_term = |i: &Inst| ContainerState {
+            terminated: Some(self.terminated(c, i)),
+            ..Default::default()
+        };
+        let previous = c.previous.as_ref().filter(|p| p.exited().is_some());
+        let (state, last) = match &c.current {
+            None => {
+                let (reason, msg) = match &c.waiting {
+                    Some((r, m)) => (r.as_str(), Some(m.clone())),
+                    None if c.kind == ContainerKind::App && !self.initialized => {
+                        ("PodInitializing", None)
+                    }
+                    None => ("ContainerCreating", None),
+                };
+                (waiting(reason, msg), None)
+            }
+            Some(i) => match i.state() {
+                RtState::Running if c.post_start == PostStart::Done => (
+                    ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: time(i.status.started_ns),
+                        }),
+                        ..Default::default()
+                    },
+                    previous.map(last_term),
+                ),
+                RtState::Running | RtState::Created => {
+                    (waiting("ContainerCreating", None), previous.map(last_term))
+                }
+                RtState::Exited if self.will_restart(c) => {
+                    let (r, m) = c
+                        .waiting
+                        .clone()
+                        .unwrap_or_else(|| ("CrashLoopBackOff".into(), String::new()));
+                    (waiting(&r, (!m.is_empty()).then_some(m)), Some(last_term(i)))
+                }
+                RtState::Exited => (last_term(i), previous.map(last_term)),
+                RtState::Unknown => (waiting("ContainerStatusUnknown", None), None),
+            },
+        };
+        ContainerStatus {
+            name: c.name().to_string(),
+            image: c.spec.image.clone().unwrap_or_default(),
+            image_id: c.current.as_ref().map(|i| i.image_id.clone()).unwrap_or_default(),
+            container_id: c.current.as_ref().map(|i| format!("bosun://{}", i.id)),
+            ready: c.ready && c.current.as_ref().is_some_and(Inst::running),
+            started: Some(c.is_started()),
+            restart_count: c.restart_count() as i32,
+            state: Some(state),
+            last_state: last,
+            ..Default::default()
+        }
+    }
+}
