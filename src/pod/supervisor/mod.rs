@@ -10,6 +10,9 @@ mod sync;
 mod terminate;
 mod worker;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -26,7 +26,7 @@ pub fn spawn(sup: Arc<Supervisor>) {
     });
 }
 
-fn manifest_files(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn manifest_files(dir: &Path) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
