@@ -364,9 +364,12 @@ fn bosun_command(dir: &Path, cni: bool) -> anyhow::Result<Command> {
     std::fs::write(
         &config,
         format!(
-            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\n",
+            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\n\n[pod]\nlog_dir = {:?}\nconfigmap_dir = {:?}\nsecret_dir = {:?}\n",
             conf_dir.display().to_string(),
-            bin_dir.display().to_string()
+            bin_dir.display().to_string(),
+            dir.join("pod-logs").display().to_string(),
+            dir.join("configmaps").display().to_string(),
+            dir.join("secrets").display().to_string(),
         ),
     )?;
     let mut cmd = Command::new(BOSUN);

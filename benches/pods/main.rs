@@ -12,6 +12,7 @@ mod phases;
 mod procs;
 mod report;
 mod streams;
+mod supervised;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -26,6 +27,7 @@ use report::{Report, Unit, MIB};
 const USAGE: &str = "\
 usage: cargo bench --bench pods -- [--only bosun|containerd] [--pods N] [--quick]
            [--mem-pods A,B] [--list-containers N] [--list-calls N] [--host-network]
+           [--supervised N]
 
   --only KIND           run one runtime only
   --pods N              pods per latency series (default 20; --quick: 5)
@@ -33,6 +35,8 @@ usage: cargo bench --bench pods -- [--only bosun|containerd] [--pods N] [--quick
   --mem-pods A,B        running pods at which memory is read (default 10,50)
   --list-containers N   containers created for ListContainers (default 1000, 50 per pod)
   --list-calls N        timed ListContainers calls (default 200)
+  --supervised N        bosun only: pods run by the standalone supervisor, each probed
+                        every second (default 200; --quick: 50; 0: skip)
   --host-network        every pod on the host's network (default: own netns; containerd
                         then needs a CNI network, see the notes)";
 
@@ -46,6 +50,7 @@ pub struct Opts {
     pub list_calls: usize,
     pub host_network: bool,
     pub quick: bool,
+    pub supervised: usize,
 }
 
 impl Opts {
@@ -61,6 +66,7 @@ impl Opts {
             list_calls: if quick { 50 } else { 200 },
             host_network: false,
             quick,
+            supervised: if quick { 50 } else { 200 },
         };
         let mut containers = if quick { 100 } else { 1000 };
         let mut it = args.into_iter();
@@ -77,6 +83,7 @@ impl Opts {
                     })
                 }
                 "--pods" => o.pods = value()?.parse().context("--pods")?,
+                "--supervised" => o.supervised = value()?.parse().context("--supervised")?,
                 "--mem-pods" => {
                     o.mem_pods = value()?
                         .split(',')
@@ -260,7 +267,15 @@ async fn run_kind(
             "pods bench: {}: exec, throughput and stats over 100 containers",
             kind.name()
         );
-        streams::run(&d, &mut cri, host_net, report).await
+        streams::run(&d, &mut cri, host_net, report).await?;
+        if kind == Kind::Bosun && opts.supervised > 0 {
+            eprintln!(
+                "pods bench: bosun: {} supervised pods probed every second",
+                opts.supervised
+            );
+            supervised::run(&d, opts.supervised, work, report).await?;
+        }
+        Ok(())
     };
     let r = phases.await;
     if r.is_err() {

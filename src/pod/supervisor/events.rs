@@ -63,10 +63,17 @@ mod tests {
         let mut log = EventLog::default();
         log.warning("BackOff", "spec.containers{a}", "back-off".into());
         log.warning("BackOff", "spec.containers{a}", "back-off".into());
-        log.normal("Started", "spec.containers{a}", "Started container a".into());
+        log.normal(
+            "Started",
+            "spec.containers{a}",
+            "Started container a".into(),
+        );
         let l = log.list();
         assert_eq!(l.len(), 2);
-        assert_eq!(l.iter().find(|e| e.reason == "BackOff").map(|e| e.count), Some(2));
+        assert_eq!(
+            l.iter().find(|e| e.reason == "BackOff").map(|e| e.count),
+            Some(2)
+        );
         for i in 0..(LIMIT + 5) {
             log.normal("X", "", format!("{i}"));
         }

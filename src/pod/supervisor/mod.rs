@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::image::service::Images;
 use crate::pod::api::{
-    ApplyAction, ApplyOutcome, ApplyRequest, Applied, DeleteRequest, PodService, PodView,
+    Applied, ApplyAction, ApplyOutcome, ApplyRequest, DeleteRequest, PodService, PodView,
     SetCondition, WatchEvent,
 };
 use crate::pod::env::Sources;
@@ -47,6 +47,9 @@ struct Handle {
     fingerprint: String,
 }
 
+/// A worker's mailbox and its latest view.
+type WorkerRef = (mpsc::UnboundedSender<Msg>, watch::Receiver<Arc<PodView>>);
+
 /// What every worker shares.
 pub struct Shared {
     pub runtime: Arc<Runtime>,
@@ -62,7 +65,7 @@ pub struct Shared {
     /// Live pods by (namespace, name).
     live: Mutex<BTreeMap<(String, String), Handle>>,
     /// Every worker (live or terminating) by pod uid, for runtime events.
-    workers: Mutex<HashMap<String, (mpsc::UnboundedSender<Msg>, watch::Receiver<Arc<PodView>>)>>,
+    workers: Mutex<HashMap<String, WorkerRef>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -110,7 +113,14 @@ fn fingerprint(pod: &Pod) -> String {
 fn new_uid() -> String {
     let b: [u8; 16] = rand::random();
     let h = hex::encode(b);
-    format!("{}-{}-4{}-a{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
 }
 
 /// The node's name (its hostname) and an address of it (the hostname's first non-loopback
@@ -191,7 +201,10 @@ impl Supervisor {
             let fp = fingerprint(&r.pod);
             self.spawn(r, None, fp, in_api);
         }
-        tracing::info!(pods = lock(&self.sh.live).len(), "supervised pods recovered");
+        tracing::info!(
+            pods = lock(&self.sh.live).len(),
+            "supervised pods recovered"
+        );
     }
 
     /// Supervised sandboxes with no record (a crash between removal steps) are removed.
@@ -255,7 +268,11 @@ impl Supervisor {
         });
     }
 
-    fn handle(&self, namespace: &str, name: &str) -> Result<(mpsc::UnboundedSender<Msg>, Arc<PodView>)> {
+    fn handle(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(mpsc::UnboundedSender<Msg>, Arc<PodView>)> {
         let live = lock(&self.sh.live);
         let found = live
             .get(&(namespace.to_string(), name.to_string()))
@@ -370,7 +387,11 @@ impl Supervisor {
         let mut warnings = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for p in &pods {
-            let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            let ns = p
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
             let name = p.metadata.name.clone().unwrap_or_default();
             if !seen.insert((ns.clone(), name.clone())) {
                 errors.push(format!("pod {ns}/{name}: appears twice in {source}"));
@@ -395,8 +416,7 @@ impl Supervisor {
         live.iter()
             .filter(|(_, h)| {
                 h.view.borrow().source == "file"
-                    && h
-                        .view
+                    && h.view
                         .borrow()
                         .pod
                         .metadata
@@ -472,7 +492,11 @@ fn spawn_event_router(sh: Arc<Shared>) {
 #[async_trait::async_trait]
 impl PodService for Supervisor {
     async fn apply(&self, req: ApplyRequest) -> Result<ApplyOutcome> {
-        let source = if req.source.is_empty() { "-" } else { &req.source };
+        let source = if req.source.is_empty() {
+            "-"
+        } else {
+            &req.source
+        };
         let (pods, warnings) = Self::check(&req.text, source)?;
         let pods = self.apply_pods(pods, "api", None);
         Ok(ApplyOutcome { pods, warnings })
@@ -531,7 +555,9 @@ impl PodService for Supervisor {
 
 impl crate::cri::PodStatusSource for Supervisor {
     fn pod_status_json(&self, uid: &str) -> Option<String> {
-        let view = lock(&self.sh.workers).get(uid).map(|(_, v)| v.borrow().clone())?;
+        let view = lock(&self.sh.workers)
+            .get(uid)
+            .map(|(_, v)| v.borrow().clone())?;
         serde_json::to_string(&view.pod).ok()
     }
 }

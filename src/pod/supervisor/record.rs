@@ -76,8 +76,9 @@ impl Record {
     /// Writes `record.json` atomically (creating the pod's directory).
     pub fn save(&self, pods_dir: &Path) -> Result<()> {
         let dir = self.dir(pods_dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::internal(format!("pod {}: create {}: {e}", self.key(), dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            Error::internal(format!("pod {}: create {}: {e}", self.key(), dir.display()))
+        })?;
         write_json(&dir.join("record.json"), self)
             .map_err(|e| e.context(format!("pod {}: save record", self.key())))
     }
@@ -92,11 +93,14 @@ pub fn load_all(pods_dir: &Path) -> Vec<Record> {
     let mut out = Vec::new();
     for entry in dir.flatten() {
         let path = entry.path().join("record.json");
-        match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| {
-            serde_json::from_slice::<Record>(&b).map_err(|e| e.to_string())
-        }) {
+        match std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|e| e.to_string()))
+        {
             Ok(r) => out.push(r),
-            Err(e) => tracing::warn!(path = %path.display(), error = %e, "pod record unreadable, skipped"),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "pod record unreadable, skipped")
+            }
         }
     }
     out.sort_by_key(|r| r.created_ns);

@@ -9,8 +9,8 @@ use super::Shared;
 use crate::pod::api::ProbeReport;
 use crate::pod::env::{self, EnvFacts};
 use crate::pod::grace::{self, KillReason};
-use crate::pod::prober::{Probes, Target, Update};
 use crate::pod::probe_result::{ProbeKind, Result as ProbeResult};
+use crate::pod::prober::{Probes, Target, Update};
 use crate::pod::translate::{self};
 use crate::pod::{hooks, volumes};
 use k8s_openapi::api::core::v1::Container;
@@ -48,7 +48,8 @@ impl Worker {
             .normal("Created", &object, format!("Created container {name}"));
         if let Err(e) = self.sh.runtime.start_container(&created).await {
             self.cs[i].waiting = Some(("RunContainerError".into(), e.to_string()));
-            self.events.warning("Failed", &object, format!("Error: {e}"));
+            self.events
+                .warning("Failed", &object, format!("Error: {e}"));
             self.refresh();
             return;
         }
@@ -112,14 +113,17 @@ impl Worker {
         let envs = env::resolve(&ctx, &spec, &facts, &sources)
             .map_err(|e| ("CreateContainerConfigError", e))?;
         let mounts = match &self.volumes {
-            Some(v) => v.mounts(&spec).map_err(|e| ("CreateContainerConfigError", e))?,
+            Some(v) => v
+                .mounts(&spec)
+                .map_err(|e| ("CreateContainerConfigError", e))?,
             None => Vec::new(),
         };
         let mut mounts = mounts;
         mounts.retain(|m| !m.container_path.is_empty());
         let _ = restart_count;
-        let new = translate::container_request(&ctx, self.cs[i].kind, &spec, restart_count, mounts, envs)
-            .map_err(|e| ("CreateContainerConfigError", e))?;
+        let new =
+            translate::container_request(&ctx, self.cs[i].kind, &spec, restart_count, mounts, envs)
+                .map_err(|e| ("CreateContainerConfigError", e))?;
         let sandbox_id = self
             .sandbox
             .as_ref()
@@ -141,7 +145,10 @@ impl Worker {
         let image = spec.image.clone().unwrap_or_default();
         let object = self.cs[i].object();
         let tag_latest = !image.contains('@')
-            && image.rsplit('/').next().is_some_and(|last| !last.contains(':'));
+            && image
+                .rsplit('/')
+                .next()
+                .is_some_and(|last| !last.contains(':'));
         let policy = spec.image_pull_policy.clone().unwrap_or_else(|| {
             if tag_latest || image.ends_with(":latest") {
                 "Always".into()
@@ -288,8 +295,11 @@ impl Worker {
         let object = self.cs[i].object();
         if !u.message.is_empty() {
             let title = format!("{}{}", kind[..1].to_uppercase(), &kind[1..]);
-            self.events
-                .warning("Unhealthy", &object, format!("{title} probe failed: {}", u.message));
+            self.events.warning(
+                "Unhealthy",
+                &object,
+                format!("{title} probe failed: {}", u.message),
+            );
         }
         if !u.changed {
             return false;
@@ -358,9 +368,15 @@ impl Worker {
         let grace = grace::container_grace(self.pod_grace(), reason, probe_grace);
         let (name, object) = (self.cs[i].name().to_string(), self.cs[i].object());
         let why = match reason {
-            KillReason::Liveness => format!("Container {name} failed liveness probe, will be restarted"),
-            KillReason::Startup => format!("Container {name} failed startup probe, will be restarted"),
-            KillReason::PostStartFailed => format!("FailedPostStartHook: stopping container {name}"),
+            KillReason::Liveness => {
+                format!("Container {name} failed liveness probe, will be restarted")
+            }
+            KillReason::Startup => {
+                format!("Container {name} failed startup probe, will be restarted")
+            }
+            KillReason::PostStartFailed => {
+                format!("FailedPostStartHook: stopping container {name}")
+            }
             KillReason::PodDeleted => format!("Stopping container {name}"),
         };
         self.events.normal("Killing", &object, why);
@@ -381,7 +397,9 @@ impl Worker {
             .spec
             .as_ref()
             .and_then(|s| s.termination_grace_period_seconds)
-            .map_or(grace::DEFAULT_GRACE, |s| Duration::from_secs(s.max(0) as u64))
+            .map_or(grace::DEFAULT_GRACE, |s| {
+                Duration::from_secs(s.max(0) as u64)
+            })
     }
 }
 

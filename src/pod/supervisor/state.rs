@@ -146,9 +146,9 @@ impl CState {
                         ready: self.ready,
                     }
                 }
-                ContainerState::Running | ContainerState::Created => {
-                    phase::State::Waiting { last_exit: self.previous.as_ref().and_then(Inst::exited) }
-                }
+                ContainerState::Running | ContainerState::Created => phase::State::Waiting {
+                    last_exit: self.previous.as_ref().and_then(Inst::exited),
+                },
                 ContainerState::Exited if will_restart => phase::State::Waiting {
                     last_exit: Some(i.status.exit_code),
                 },

@@ -70,7 +70,10 @@ fn scan(sup: &Supervisor, dir: &Path, seen: &mut HashMap<PathBuf, String>) {
                     .iter()
                     .map(|p| {
                         (
-                            p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+                            p.metadata
+                                .namespace
+                                .clone()
+                                .unwrap_or_else(|| "default".into()),
                             p.metadata.name.clone().unwrap_or_default(),
                         )
                     })
@@ -88,7 +91,11 @@ fn scan(sup: &Supervisor, dir: &Path, seen: &mut HashMap<PathBuf, String>) {
         }
         seen.insert(f.clone(), text);
     }
-    let gone: Vec<PathBuf> = seen.keys().filter(|p| !files.contains(p)).cloned().collect();
+    let gone: Vec<PathBuf> = seen
+        .keys()
+        .filter(|p| !files.contains(p))
+        .cloned()
+        .collect();
     for f in gone {
         seen.remove(&f);
     }

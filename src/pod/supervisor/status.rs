@@ -56,7 +56,11 @@ impl Worker {
     /// The pod phase now.
     pub fn phase(&self) -> Phase {
         let deleting = self.termination.as_ref().is_some_and(|t| t.delete);
-        phase::phase(self.policy(), &self.phase_containers(), deleting || self.rec.finished)
+        phase::phase(
+            self.policy(),
+            &self.phase_containers(),
+            deleting || self.rec.finished,
+        )
     }
 
     /// Builds the view: the pod with its status, events, probe results, log files.
@@ -234,7 +238,10 @@ impl Worker {
                         .waiting
                         .clone()
                         .unwrap_or_else(|| ("CrashLoopBackOff".into(), String::new()));
-                    (waiting(&r, (!m.is_empty()).then_some(m)), Some(last_term(i)))
+                    (
+                        waiting(&r, (!m.is_empty()).then_some(m)),
+                        Some(last_term(i)),
+                    )
                 }
                 RtState::Exited => (last_term(i), previous.map(last_term)),
                 RtState::Unknown => (waiting("ContainerStatusUnknown", None), None),
@@ -243,7 +250,11 @@ impl Worker {
         ContainerStatus {
             name: c.name().to_string(),
             image: c.spec.image.clone().unwrap_or_default(),
-            image_id: c.current.as_ref().map(|i| i.image_id.clone()).unwrap_or_default(),
+            image_id: c
+                .current
+                .as_ref()
+                .map(|i| i.image_id.clone())
+                .unwrap_or_default(),
             container_id: c.current.as_ref().map(|i| format!("bosun://{}", i.id)),
             ready: c.ready && c.current.as_ref().is_some_and(Inst::running),
             started: Some(c.is_started()),

@@ -58,7 +58,8 @@ impl Worker {
             .iter()
             .filter(|c| c.kind == ContainerKind::Init)
             .all(|c| c.completed);
-        self.initialized = apps_seen || (inits_done && self.sandbox.is_some() && !self.has_sidecars());
+        self.initialized =
+            apps_seen || (inits_done && self.sandbox.is_some() && !self.has_sidecars());
     }
 
     fn has_sidecars(&self) -> bool {
@@ -72,7 +73,9 @@ impl Worker {
         filter
             .labels
             .insert(labels::SUPERVISED.to_string(), "true".to_string());
-        filter.labels.insert(labels::POD_UID.to_string(), uid.clone());
+        filter
+            .labels
+            .insert(labels::POD_UID.to_string(), uid.clone());
         let newest = self
             .sh
             .runtime
@@ -252,7 +255,10 @@ impl Worker {
                 self.events.warning(
                     "BackOff",
                     &object,
-                    format!("Back-off restarting failed container {name} in pod {}", self.rec.name()),
+                    format!(
+                        "Back-off restarting failed container {name} in pod {}",
+                        self.rec.name()
+                    ),
                 );
                 until
             }
@@ -320,7 +326,8 @@ impl Worker {
             }
             Err(e) => {
                 self.sandbox_failures += 1;
-                let delay = Duration::from_secs(1 << self.sandbox_failures.min(6)).min(SANDBOX_RETRY_MAX);
+                let delay =
+                    Duration::from_secs(1 << self.sandbox_failures.min(6)).min(SANDBOX_RETRY_MAX);
                 self.wake_at = Some(Instant::now() + delay);
                 self.events.warning(
                     "FailedCreatePodSandBox",
@@ -350,7 +357,10 @@ impl Worker {
         let init_failed = policy == RestartPolicy::Never
             && self.cs.iter().any(|c| {
                 c.kind == ContainerKind::Init
-                    && c.current.as_ref().and_then(Inst::exited).is_some_and(|code| code != 0)
+                    && c.current
+                        .as_ref()
+                        .and_then(Inst::exited)
+                        .is_some_and(|code| code != 0)
             });
         let apps_finished = self
             .cs

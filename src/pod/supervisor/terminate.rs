@@ -118,7 +118,8 @@ impl Worker {
         if self.gone {
             return;
         }
-        self.sh.forget(self.rec.namespace(), self.rec.name(), self.rec.uid());
+        self.sh
+            .forget(self.rec.namespace(), self.rec.name(), self.rec.uid());
         let view = self.view();
         let _ = self.sh.watch.send(crate::pod::api::WatchEvent {
             kind: WatchKind::Deleted,
@@ -210,15 +211,19 @@ async fn remove_all(sh: &Arc<Shared>, key: &str, uid: &str, pod_dir: &std::path:
     let mut cf: Filter<crate::runtime::ContainerState> = Filter::default();
     cf.labels
         .insert(crate::pod::labels::POD_UID.to_string(), uid.to_string());
-    cf.labels
-        .insert(crate::pod::labels::SUPERVISED.to_string(), "true".to_string());
+    cf.labels.insert(
+        crate::pod::labels::SUPERVISED.to_string(),
+        "true".to_string(),
+    );
     for c in sh.runtime.list_containers(&cf) {
         if let Err(e) = sh.runtime.remove_container(c.id()).await {
             tracing::warn!(pod = %key, container = %c.id(), error = %e, "remove container");
         }
     }
-    let mut sf: Filter<crate::runtime::SandboxState> = Filter::default();
-    sf.labels = cf.labels.clone();
+    let sf: Filter<crate::runtime::SandboxState> = Filter {
+        labels: cf.labels.clone(),
+        ..Default::default()
+    };
     for s in sh.runtime.list_sandboxes(&sf) {
         if let Err(e) = sh.runtime.remove_sandbox(s.id()).await {
             tracing::warn!(pod = %key, sandbox = %s.id(), error = %e, "remove sandbox");

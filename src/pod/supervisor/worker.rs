@@ -100,7 +100,8 @@ impl Worker {
     ) -> Worker {
         let cs = containers_of(&rec.pod);
         let mut policy = Policy::with_max(Duration::from_secs(sh.config.pod.backoff_max_secs));
-        policy.initial = Duration::from_secs(sh.config.pod.backoff_initial_secs.max(1)).min(policy.max);
+        policy.initial =
+            Duration::from_secs(sh.config.pod.backoff_initial_secs.max(1)).min(policy.max);
         Worker {
             sh,
             rec,
@@ -237,7 +238,11 @@ impl Worker {
             }
         };
         let now = crate::runtime::status::now_ns();
-        let gate = self.rec.gates.entry(req.condition_type.clone()).or_default();
+        let gate = self
+            .rec
+            .gates
+            .entry(req.condition_type.clone())
+            .or_default();
         if gate.status != status {
             gate.last_transition_ns = now;
         }
