@@ -68,6 +68,18 @@ pub struct Shared {
     workers: Mutex<HashMap<String, WorkerRef>>,
 }
 
+/// The labels that select what the supervisor made: everything (`None`) or one pod's.
+fn owned_by(uid: Option<&str>) -> HashMap<String, String> {
+    let mut m = HashMap::from([(
+        labels::SUPERVISED.to_string(),
+        labels::SUPERVISED_VALUE.to_string(),
+    )]);
+    if let Some(uid) = uid {
+        m.insert(labels::POD_UID.to_string(), uid.to_string());
+    }
+    m
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -209,9 +221,10 @@ impl Supervisor {
 
     /// Supervised sandboxes with no record (a crash between removal steps) are removed.
     async fn remove_orphans(&self, uids: &std::collections::HashSet<String>) {
-        let mut f: Filter<crate::runtime::SandboxState> = Filter::default();
-        f.labels
-            .insert(labels::SUPERVISED.to_string(), "true".to_string());
+        let f: Filter<crate::runtime::SandboxState> = Filter {
+            labels: owned_by(None),
+            ..Default::default()
+        };
         for s in self.sh.runtime.list_sandboxes(&f) {
             let uid = s.meta().request.pod.uid.clone();
             if uids.contains(&uid) {
@@ -471,7 +484,12 @@ fn spawn_event_router(sh: Arc<Shared>) {
                     let uid = ev
                         .sandbox
                         .as_ref()
-                        .and_then(|(s, _)| s.meta().request.labels.get(labels::POD_UID).cloned());
+                        .map(|(s, _)| &s.meta().request.labels)
+                        .filter(|l| {
+                            l.get(labels::SUPERVISED).map(String::as_str)
+                                == Some(labels::SUPERVISED_VALUE)
+                        })
+                        .and_then(|l| l.get(labels::POD_UID).cloned());
                     if let Some(uid) = uid {
                         if let Some((tx, _)) = lock(&sh.workers).get(&uid) {
                             let _ = tx.send(Msg::Wake);

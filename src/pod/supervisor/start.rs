@@ -120,7 +120,6 @@ impl Worker {
         };
         let mut mounts = mounts;
         mounts.retain(|m| !m.container_path.is_empty());
-        let _ = restart_count;
         let new =
             translate::container_request(&ctx, self.cs[i].kind, &spec, restart_count, mounts, envs)
                 .map_err(|e| ("CreateContainerConfigError", e))?;

@@ -183,13 +183,10 @@ pub fn containers_of(pod: &Pod) -> Vec<CState> {
 
 /// Every runtime instance of the pod `uid`, newest attempt last, grouped by container name.
 pub fn instances(runtime: &Runtime, uid: &str) -> Vec<(String, Vec<Inst>)> {
-    let mut filter: Filter<ContainerState> = Filter::default();
-    filter
-        .labels
-        .insert(labels::SUPERVISED.to_string(), "true".to_string());
-    filter
-        .labels
-        .insert(labels::POD_UID.to_string(), uid.to_string());
+    let filter: Filter<ContainerState> = Filter {
+        labels: super::owned_by(Some(uid)),
+        ..Default::default()
+    };
     let mut by_name: Vec<(String, Vec<Inst>)> = Vec::new();
     for e in runtime.list_containers(&filter) {
         let name = e

@@ -4,7 +4,6 @@ use std::time::{Duration, Instant};
 
 use super::state::{Inst, PostStart};
 use super::worker::{Sandbox, Worker};
-use crate::pod::labels;
 use crate::pod::phase::RestartPolicy;
 use crate::pod::translate::{self, ContainerKind, PodContext};
 use crate::pod::volumes;
@@ -69,13 +68,10 @@ impl Worker {
     /// Reads the sandbox and every container instance of the pod from the runtime.
     pub fn refresh(&mut self) {
         let uid = self.rec.uid().to_string();
-        let mut filter: Filter<SandboxState> = Filter::default();
-        filter
-            .labels
-            .insert(labels::SUPERVISED.to_string(), "true".to_string());
-        filter
-            .labels
-            .insert(labels::POD_UID.to_string(), uid.clone());
+        let filter: Filter<SandboxState> = Filter {
+            labels: super::owned_by(Some(&uid)),
+            ..Default::default()
+        };
         let newest = self
             .sh
             .runtime

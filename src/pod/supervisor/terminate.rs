@@ -208,13 +208,10 @@ async fn run(
 
 /// Removes every container and sandbox of pod `uid`, its volumes and its record.
 async fn remove_all(sh: &Arc<Shared>, key: &str, uid: &str, pod_dir: &std::path::Path) {
-    let mut cf: Filter<crate::runtime::ContainerState> = Filter::default();
-    cf.labels
-        .insert(crate::pod::labels::POD_UID.to_string(), uid.to_string());
-    cf.labels.insert(
-        crate::pod::labels::SUPERVISED.to_string(),
-        "true".to_string(),
-    );
+    let cf: Filter<crate::runtime::ContainerState> = Filter {
+        labels: super::owned_by(Some(uid)),
+        ..Default::default()
+    };
     for c in sh.runtime.list_containers(&cf) {
         if let Err(e) = sh.runtime.remove_container(c.id()).await {
             tracing::warn!(pod = %key, container = %c.id(), error = %e, "remove container");

@@ -260,9 +260,7 @@ impl Worker {
     /// Rebuilds the view and tells watchers when the pod's status changed.
     fn publish(&mut self, kind: WatchKind) {
         let view = Arc::new(self.build_view());
-        let changed = kind != WatchKind::Modified
-            || serde_json::to_value(&self.view_tx.borrow().pod).ok()
-                != serde_json::to_value(&view.pod).ok();
+        let changed = kind != WatchKind::Modified || self.view_tx.borrow().pod != view.pod;
         self.view_tx.send_replace(view.clone());
         if changed && !self.gone {
             let _ = self.sh.watch.send(WatchEvent { kind, view });
