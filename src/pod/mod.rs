@@ -3,16 +3,22 @@
 pub mod api;
 pub mod backoff;
 pub mod conditions;
+pub mod env;
 pub mod exec;
 pub mod grace;
+pub mod handler;
+pub mod hooks;
 pub mod labels;
 pub mod manifest;
 pub mod phase;
 pub mod probe;
 pub mod probe_result;
+pub mod prober;
+pub mod projection;
 pub mod quantity;
 pub mod resources;
 pub mod supervisor;
+pub mod translate;
 pub mod validate;
 pub mod volumes;
 

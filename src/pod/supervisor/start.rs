@@ -114,7 +114,7 @@ impl Worker {
             .map_err(|e| ("CreateContainerConfigError", e))?;
         let mounts = match &self.volumes {
             Some(v) => v
-                .mounts(&spec)
+                .mounts(&spec, restart_count)
                 .map_err(|e| ("CreateContainerConfigError", e))?,
             None => Vec::new(),
         };
