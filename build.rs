@@ -3,7 +3,11 @@
 use std::process::Command;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/runtime/v1/api.proto", "proto/bosun/v1/bosun.proto"];
+    let files = [
+        "proto/runtime/v1/api.proto",
+        "proto/bosun/v1/bosun.proto",
+        "proto/bosun/v1/pods.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

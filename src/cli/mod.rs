@@ -1,7 +1,8 @@
-//! Command-line interface: `bosun daemon`, `bosun image …`, `bosun version`.
+//! Command-line interface: `bosun daemon`, `bosun image …`, `bosun pod …`, `bosun version`.
 
 pub mod client;
 pub mod image;
+pub mod pod;
 pub mod stream;
 
 use std::path::PathBuf;
@@ -30,6 +31,9 @@ pub enum Command {
     /// Manage images.
     #[command(subcommand)]
     Image(image::ImageCommand),
+    /// Run Kubernetes Pod manifests on this node (standalone supervisor).
+    #[command(subcommand)]
+    Pod(pod::PodCommand),
     /// Print client and daemon versions.
     Version,
     /// Run a command in a running container (exits with its exit code).

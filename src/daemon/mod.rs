@@ -10,12 +10,13 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
-use crate::api::ApiImages;
+use crate::api::{ApiImages, ApiPods};
 use crate::config::Config;
 use crate::cri::{CriImages, CriRuntime};
 use crate::error::{Error, Result};
 use crate::image::service::Images;
 use crate::proto::bosun::v1::images_server::ImagesServer;
+use crate::proto::bosun::v1::pods_server::PodsServer;
 use crate::proto::runtime::v1::image_service_server::ImageServiceServer;
 use crate::proto::runtime::v1::runtime_service_server::RuntimeServiceServer;
 
@@ -51,12 +52,9 @@ pub async fn run(config: Config) -> Result<()> {
     )
     .await?;
     // Supervised pods are picked up (and their probes restarted) before the socket exists.
-    let supervisor = crate::pod::supervisor::Supervisor::open(
-        runtime.clone(),
-        images.clone(),
-        config.clone(),
-    )
-    .await?;
+    let supervisor =
+        crate::pod::supervisor::Supervisor::open(runtime.clone(), images.clone(), config.clone())
+            .await?;
     let listener = socket::bind(&config.socket)?;
     tracing::info!(
         socket = %config.socket.display(),
@@ -89,6 +87,11 @@ pub async fn run(config: Config) -> Result<()> {
                 .max_encoding_message_size(MAX_MESSAGE),
         )
         .add_service(ImagesServer::new(ApiImages::new(images.clone())))
+        .add_service(
+            PodsServer::new(ApiPods::new(supervisor.clone()))
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        )
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
             let _ = stop_rx.await;
         });
