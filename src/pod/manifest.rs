@@ -9,20 +9,39 @@ use crate::error::{Error, Result};
 /// Empty documents are skipped. Any other kind or apiVersion, or a document that is not a
 /// valid Pod, fails the whole input: `source` and the document's number name the culprit.
 pub fn parse(source: &str, text: &str) -> Result<Vec<Pod>> {
+    let (pods, errors) = parse_all(source, text);
+    if !errors.is_empty() {
+        return Err(Error::invalid(errors.join("\n")));
+    }
+    Ok(pods)
+}
+
+/// Every Pod of `text` that could be read, and one error per document that could not (so a
+/// caller can report everything wrong with a text at once).
+pub fn parse_all(source: &str, text: &str) -> (Vec<Pod>, Vec<String>) {
     let mut pods = Vec::new();
+    let mut errors = Vec::new();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let at = || format!("{source}: document {}", i + 1);
-        let value = serde_yaml_ng::Value::deserialize(doc)
-            .map_err(|e| Error::invalid(format!("{}: not YAML or JSON: {e}", at())))?;
+        let value = match serde_yaml_ng::Value::deserialize(doc) {
+            Ok(v) => v,
+            Err(e) => {
+                errors.push(format!("{}: not YAML or JSON: {e}", at()));
+                // The parser cannot resynchronise after a syntax error.
+                break;
+            }
+        };
         if value.is_null() {
             continue;
         }
-        collect(&at(), value, &mut pods)?;
+        if let Err(e) = collect(&at(), value, &mut pods) {
+            errors.push(e.message().to_string());
+        }
     }
-    if pods.is_empty() {
-        return Err(Error::invalid(format!("{source}: no Pod in it")));
+    if pods.is_empty() && errors.is_empty() {
+        errors.push(format!("{source}: no Pod in it"));
     }
-    Ok(pods)
+    (pods, errors)
 }
 
 /// Adds the Pod (or a List's Pods) of one document to `pods`.

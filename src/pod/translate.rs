@@ -374,8 +374,8 @@ pub fn container_request(
         request: crate::oci::request::ContainerRequest {
             name: c.name.clone(),
             image,
-            command: c.command.clone().unwrap_or_default(),
-            args: c.args.clone().unwrap_or_default(),
+            command: expand_all(c.command.as_deref(), &envs),
+            args: expand_all(c.args.as_deref(), &envs),
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             envs,
             mounts,
@@ -392,6 +392,20 @@ pub fn container_request(
             stop_signal,
         },
     })
+}
+
+/// command/args with `$(VAR)` references to the container's environment expanded, as the
+/// kubelet does.
+fn expand_all(words: Option<&[String]>, envs: &[(String, Vec<u8>)]) -> Vec<String> {
+    let known: std::collections::HashMap<&str, &[u8]> = envs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    words
+        .unwrap_or_default()
+        .iter()
+        .map(|w| String::from_utf8_lossy(&super::env::expand(w, &known)).into_owned())
+        .collect()
 }
 
 /// The container's security settings: the pod's securityContext with the container's over it.

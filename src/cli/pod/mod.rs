@@ -270,7 +270,12 @@ async fn apply(
             }
             Err(s) => {
                 failed += 1;
-                eprintln!("error: {source}: {}", s.message());
+                let msg = s.message();
+                if msg.starts_with(&source) {
+                    eprintln!("error: {msg}");
+                } else {
+                    eprintln!("error: {source}: {msg}");
+                }
             }
         }
     }

@@ -395,8 +395,7 @@ impl Supervisor {
 
     /// Parses and validates `text` whole: every error of every pod, or the pods and warnings.
     pub(crate) fn check(text: &str, source: &str) -> Result<(Vec<Pod>, Vec<String>)> {
-        let pods = manifest::parse(source, text)?;
-        let mut errors = Vec::new();
+        let (pods, mut errors) = manifest::parse_all(source, text);
         let mut warnings = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for p in &pods {
