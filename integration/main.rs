@@ -17,6 +17,7 @@ mod images_hostile;
 mod kubectl;
 mod monitor;
 mod oci_spec;
+mod pod_lifecycle;
 mod runc;
 mod sandbox;
 mod support;
@@ -52,6 +53,7 @@ fn main() {
     trials.extend(kubectl::trials());
     trials.extend(monitor::trials());
     trials.extend(oci_spec::trials());
+    trials.extend(pod_lifecycle::trials());
     trials.extend(runc::trials());
     trials.extend(sandbox::trials());
     libtest_mimic::run(&args, trials).exit();

@@ -848,6 +848,32 @@ pub fn remove_all_pods(socket: &Path, timeout: Duration) {
             let Ok(Ok(ch)) = tokio::time::timeout(timeout, connect).await else {
                 return;
             };
+            // Supervised pods first, through their own API: stopping their sandboxes over CRI
+            // would only make the supervisor re-create them.
+            let mut pods = bosun::proto::bosun::v1::pods_client::PodsClient::new(ch.clone());
+            if let Ok(Ok(list)) = tokio::time::timeout(
+                timeout,
+                pods.list(bosun::proto::bosun::v1::ListPodsRequest::default()),
+            )
+            .await
+            {
+                for v in list.into_inner().pods {
+                    let Ok(p) = serde_json::from_str::<serde_json::Value>(&v.pod_json) else {
+                        continue;
+                    };
+                    let field = |k: &str| p["metadata"][k].as_str().unwrap_or_default().to_string();
+                    let _ = tokio::time::timeout(
+                        timeout,
+                        pods.delete(bosun::proto::bosun::v1::DeletePodRequest {
+                            namespace: field("namespace"),
+                            name: field("name"),
+                            grace_period: Some(0),
+                            force: true,
+                        }),
+                    )
+                    .await;
+                }
+            }
             let mut c: Rt = RuntimeServiceClient::new(ch);
             let Ok(Ok(list)) = tokio::time::timeout(
                 timeout,

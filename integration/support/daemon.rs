@@ -24,12 +24,18 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts a daemon with `config` (TOML) added to the test's paths.
+    /// Starts a daemon with `config` (TOML, `@DIR@` and `@CGROUP@` replaced) added to the test's
+    /// paths.
     pub fn start(config: &str) -> anyhow::Result<Daemon> {
         let dir = scratch()?;
         // Each daemon gets its own pod network; keys of a [network] section the test brings win.
         let net = super::network::TestNet::new(dir.path())?;
-        let config = net.merge_into(config);
+        // `@DIR@`: the daemon's scratch dir; `@CGROUP@`: its cgroup parent (see cgroup_parent).
+        let name = dir.path().file_name().unwrap_or_default().to_string_lossy();
+        let config = config
+            .replace("@DIR@", &dir.path().to_string_lossy())
+            .replace("@CGROUP@", &format!("/{name}"));
+        let config = net.merge_into(&config);
         let mut d = Daemon {
             dir,
             child: None,

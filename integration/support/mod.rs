@@ -4,6 +4,7 @@ pub mod cri;
 pub mod daemon;
 pub mod inproc;
 pub mod network;
+pub mod pods;
 pub mod proxy;
 pub mod registry;
 
