@@ -18,6 +18,8 @@ mod kubectl;
 mod monitor;
 mod oci_spec;
 mod pod_lifecycle;
+mod pod_probes;
+mod pod_termination;
 mod runc;
 mod sandbox;
 mod support;
@@ -54,6 +56,8 @@ fn main() {
     trials.extend(monitor::trials());
     trials.extend(oci_spec::trials());
     trials.extend(pod_lifecycle::trials());
+    trials.extend(pod_probes::trials());
+    trials.extend(pod_termination::trials());
     trials.extend(runc::trials());
     trials.extend(sandbox::trials());
     libtest_mimic::run(&args, trials).exit();
