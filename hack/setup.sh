@@ -50,6 +50,8 @@ if [ ! -d /run/systemd/system ]; then
 fi
 
 cd "$ROOT"
+# The grpc.health.v1 server of the grpc-health test image (grpc probe tests and examples/grpc.yaml).
+cargo build --release --example grpc-health
 python3 hack/testimages.py build --out test-images
 
 images=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["images"]))' test-images/manifest.json)

@@ -65,6 +65,10 @@ PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 REF_NAME = "org.opencontainers.image.ref.name"
 LABEL = "bosun.test.image"
 HOST_BUSYBOX = "/bin/busybox"
+# The grpc.health.v1 test server (hack/grpc-health, `cargo build --release --example grpc-health`).
+GRPC_HEALTH_BIN = os.environ.get("BOSUN_GRPC_HEALTH") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "target", "release", "examples", "grpc-health")
 BIG_FILE_SIZE = 48 * 1024 * 1024
 BIG_FILE_PATH = "big/random.bin"
 MERGED_USR_DIRS = ("bin", "sbin", "lib", "lib64")
@@ -549,6 +553,17 @@ def busybox_rootfs() -> tuple[list[Entry], list[str]]:
 # The other layers
 # --------------------------------------------------------------------------
 
+def grpc_health_layer(busybox_paths: set[str]) -> tuple[Layer, list[str]]:
+    """The grpc-health server and the libraries it needs that the busybox layer lacks."""
+    if not os.path.exists(GRPC_HEALTH_BIN):
+        raise ToolError(f"{GRPC_HEALTH_BIN} is missing: run `cargo build --release --example "
+                        "grpc-health` first (hack/setup.sh does)")
+    entries = [host_file_entry(GRPC_HEALTH_BIN, "usr/bin/grpc-health")]
+    libs = [lib for lib in ldd_paths(GRPC_HEALTH_BIN) if image_path(lib) not in busybox_paths]
+    entries += [host_file_entry(lib, image_path(lib)) for lib in libs]
+    return gzip_layer(add_parent_dirs(entries)), libs
+
+
 def layered_layer2() -> Layer:
     """zstd layer: files, a hard link, a symlink, setuid, ownership, an xattr."""
     entries = [
@@ -656,6 +671,12 @@ def build_images() -> tuple[list[Image], dict]:
     big_hist = bb_hist + [f"bosun testimages: {BIG_FILE_SIZE} random bytes (seed 42)"]
     images.append(Image("big", simple("big", ConfigSpec(["sh"]), [bb, big], big_hist),
                         extra={"big_file": big_info}))
+
+    grpc, grpc_libs = grpc_health_layer({e.path for e in entries})
+    grpc_hist = bb_hist + [f"bosun testimages: grpc-health server + {' '.join(grpc_libs)}"]
+    images.append(Image("grpc-health", simple(
+        "grpc-health", ConfigSpec(["--port", "50051"], entrypoint=["/usr/bin/grpc-health"]),
+        [bb, grpc], grpc_hist)))
 
     meta = {"native_platform": native, "decoy_platform": decoy,
             "busybox_version": version, "busybox_host_libs": libs}
