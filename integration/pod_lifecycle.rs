@@ -53,6 +53,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             NEEDS,
             cri_pods_untouched,
         ),
+        trial(
+            "pod::lifecycle::the_examples_reach_their_documented_states",
+            NEEDS,
+            examples,
+        ),
     ]
 }
 
@@ -615,4 +620,51 @@ fn cri_pods_untouched() -> Result<()> {
         }),
     )?;
     pods::delete_and_check(&d, "again")
+}
+
+/// Every manifest in examples/ does what its comment says: web, sidecar and grpc become Ready,
+/// crashloop crash-loops.
+fn examples() -> Result<()> {
+    let d = pods::daemon(10, "")?;
+    cri::import(&d, "grpc-health")?;
+    let dir = crate::support::repo_root().join("examples");
+    let out = pods::cli(&d, &["apply", "-f", &dir.to_string_lossy()])?;
+    for name in ["crashloop", "grpc", "sidecar", "web"] {
+        ensure!(
+            out.contains(&format!("pod/{name} created")),
+            "apply said:\n{out}"
+        );
+    }
+    for name in ["web", "sidecar", "grpc"] {
+        pods::wait_for(&d, name, 40, "Ready", |p| {
+            pods::condition(p, "Ready") == "True"
+        })?;
+    }
+    let p = pods::wait_for(&d, "crashloop", 40, "CrashLoopBackOff", |p| {
+        pods::restarts(p, "flaky") >= 1 && pods::waiting_reason(p, "flaky") == "CrashLoopBackOff"
+    })?;
+    ensure!(
+        pods::phase(&p) == "Running",
+        "crashloop phase {}",
+        pods::phase(&p)
+    );
+    let previous = pods::cli(&d, &["logs", "crashloop", "--previous"])?;
+    ensure!(
+        previous.contains("starting") && previous.contains("giving up"),
+        "{previous:?}"
+    );
+    let table = pods::cli(&d, &["get"])?;
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("sidecar "))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    ensure!(row.get(1..3) == Some(&["2/2", "Running"][..]), "{table}");
+    for name in ["crashloop", "grpc", "sidecar", "web"] {
+        pods::cli(&d, &["delete", name, "--grace-period", "2", "--wait=false"])?;
+    }
+    for name in ["crashloop", "grpc", "sidecar", "web"] {
+        pods::wait_gone(&d, name, 30)?;
+    }
+    cri::assert_clean(&d)
 }
