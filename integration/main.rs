@@ -17,6 +17,7 @@ mod images_hostile;
 mod kubectl;
 mod monitor;
 mod oci_spec;
+mod pod_config;
 mod pod_lifecycle;
 mod pod_probes;
 mod pod_termination;
@@ -55,6 +56,7 @@ fn main() {
     trials.extend(kubectl::trials());
     trials.extend(monitor::trials());
     trials.extend(oci_spec::trials());
+    trials.extend(pod_config::trials());
     trials.extend(pod_lifecycle::trials());
     trials.extend(pod_probes::trials());
     trials.extend(pod_termination::trials());

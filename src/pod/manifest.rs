@@ -45,7 +45,7 @@ pub fn parse_all(source: &str, text: &str) -> (Vec<Pod>, Vec<String>) {
 }
 
 /// Adds the Pod (or a List's Pods) of one document to `pods`.
-fn collect(at: &str, value: serde_yaml_ng::Value, pods: &mut Vec<Pod>) -> Result<()> {
+fn collect(at: &str, mut value: serde_yaml_ng::Value, pods: &mut Vec<Pod>) -> Result<()> {
     let field = |name: &str| {
         value
             .get(name)
@@ -56,6 +56,7 @@ fn collect(at: &str, value: serde_yaml_ng::Value, pods: &mut Vec<Pod>) -> Result
     let (api_version, kind) = (field("apiVersion"), field("kind"));
     match (api_version.as_str(), kind.as_str()) {
         ("v1", "Pod") => {
+            octal_modes(&mut value);
             let pod: Pod = serde_yaml_ng::from_value(value)
                 .map_err(|e| Error::invalid(format!("{at}: not a valid Pod: {e}")))?;
             pods.push(pod);
@@ -83,9 +84,51 @@ fn collect(at: &str, value: serde_yaml_ng::Value, pods: &mut Vec<Pod>) -> Result
     }
 }
 
+/// File modes written the YAML 1.1 way (`mode: 0644`, as kubectl reads them) are strings to a
+/// YAML 1.2 parser: turn `0644` and `0o644` under `mode`/`defaultMode` keys into numbers.
+fn octal_modes(v: &mut serde_yaml_ng::Value) {
+    match v {
+        serde_yaml_ng::Value::Mapping(m) => {
+            for (k, val) in m.iter_mut() {
+                let is_mode = matches!(k.as_str(), Some("mode" | "defaultMode"));
+                if let (true, serde_yaml_ng::Value::String(s)) = (is_mode, &*val) {
+                    let digits = s.strip_prefix("0o").or_else(|| s.strip_prefix('0'));
+                    if let Some(n) = digits
+                        .filter(|d| !d.is_empty())
+                        .and_then(|d| i64::from_str_radix(d, 8).ok())
+                    {
+                        *val = serde_yaml_ng::Value::Number(n.into());
+                        continue;
+                    }
+                }
+                octal_modes(val);
+            }
+        }
+        serde_yaml_ng::Value::Sequence(items) => items.iter_mut().for_each(octal_modes),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn yaml_1_1_octal_modes_are_numbers() {
+        let pods = parse(
+            "t",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: a, image: i}]\n  volumes:\n  - name: v\n    configMap: {name: c, defaultMode: 0644, items: [{key: k, path: k, mode: 0o600}]}\n",
+        )
+        .expect("parse");
+        let cm = pods[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .and_then(|v| v[0].config_map.clone())
+            .expect("configMap");
+        assert_eq!(cm.default_mode, Some(0o644));
+        assert_eq!(cm.items.expect("items")[0].mode, Some(0o600));
+    }
 
     const WEB: &str = "
 apiVersion: v1

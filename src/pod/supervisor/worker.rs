@@ -143,8 +143,10 @@ impl Worker {
             // A termination cut short by a daemon restart starts over with its full grace.
             self.begin_termination(Some(d.grace_secs as i64), d.force, true);
         }
-        self.sync().await;
+        // Watchers see the pod as it is before anything starts, then every change.
         self.publish(WatchKind::Added);
+        self.sync().await;
+        self.publish(WatchKind::Modified);
         loop {
             let sleep_until = self
                 .wake_at

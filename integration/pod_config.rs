@@ -1,0 +1,231 @@
+//! Supervised pods' configuration surface: ConfigMaps, Secrets, downward API and env from local
+//! files, memory emptyDirs, readiness gates set by `bosun pod condition set`, the Watch stream,
+//! host-network pods probed on 127.0.0.1, and scheduling-field warnings.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use bosun::proto::bosun::v1 as api;
+
+use crate::support::cri::{self, NEEDS};
+use crate::support::pods::{self, BUSYBOX};
+use crate::support::{block_on, trial};
+
+pub fn trials() -> Vec<libtest_mimic::Trial> {
+    vec![
+        trial(
+            "pod::config::configmaps_secrets_downward_api_env_and_memory_empty_dir",
+            NEEDS,
+            config_sources,
+        ),
+        trial(
+            "pod::config::readiness_gates_and_the_watch_stream",
+            NEEDS,
+            readiness_gates,
+        ),
+        trial(
+            "pod::config::host_network_pod_probed_on_loopback_and_scheduling_warnings",
+            NEEDS,
+            host_network,
+        ),
+    ]
+}
+
+/// env and volumes from `[pod] configmap_dir`/`secret_dir` files, the downward API, `$(VAR)`
+/// expansion and a tmpfs emptyDir, as the container sees them.
+fn config_sources() -> Result<()> {
+    let d = pods::daemon(10, "")?;
+    let cm = d.dir().join("configmaps/default/settings");
+    let secret = d.dir().join("secrets/default/creds");
+    std::fs::create_dir_all(&cm)?;
+    std::fs::create_dir_all(&secret)?;
+    std::fs::write(cm.join("color"), "blue")?;
+    std::fs::write(cm.join("size"), "xl")?;
+    std::fs::write(secret.join("password"), "hunter2")?;
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: configured
+  labels: {{tier: backend}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c]
+    args:
+    - |
+      echo "color=$COLOR size=$CFG_size pw=$(cat /secret/password) greeting=$GREETING"
+      echo "labels=$(cat /info/labels) mode=$(stat -L -c %a /config/c)"
+      echo "items=$(ls /config) cache=$(grep ' /cache ' /proc/mounts | cut -d' ' -f3)"
+      echo "missing-optional=[$OPTIONAL]"
+    env:
+    - {{name: COLOR, valueFrom: {{configMapKeyRef: {{name: settings, key: color}}}}}}
+    - {{name: OPTIONAL, valueFrom: {{secretKeyRef: {{name: nothing, key: x, optional: true}}}}}}
+    - {{name: GREETING, value: "hello $(COLOR) $$(COLOR)"}}
+    envFrom:
+    - {{prefix: CFG_, configMapRef: {{name: settings}}}}
+    volumeMounts:
+    - {{name: config, mountPath: /config}}
+    - {{name: secret, mountPath: /secret}}
+    - {{name: info, mountPath: /info}}
+    - {{name: cache, mountPath: /cache}}
+  volumes:
+  - name: config
+    configMap: {{name: settings, items: [{{key: color, path: c, mode: 0600}}]}}
+  - name: secret
+    secret: {{secretName: creds}}
+  - name: info
+    downwardAPI: {{items: [{{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}]}}
+  - name: cache
+    emptyDir: {{medium: Memory, sizeLimit: 16Mi}}
+"#
+    );
+    pods::apply(&d, &yaml)?;
+    pods::wait_for(&d, "configured", 30, "Succeeded", |p| {
+        pods::phase(p) == "Succeeded"
+    })?;
+    let logs = pods::cli(&d, &["logs", "configured"])?;
+    for want in [
+        "color=blue size=xl pw=hunter2 greeting=hello blue $(COLOR)",
+        "labels=tier=\"backend\" mode=600",
+        "items=c cache=tmpfs",
+        "missing-optional=[]",
+    ] {
+        ensure!(logs.contains(want), "logs lack {want:?}:\n{logs}");
+    }
+    // A required key that does not exist keeps the container from being created, with a reason.
+    let bad = yaml
+        .replace("name: configured", "name: misconfigured")
+        .replace("key: color}}", "key: nope}}");
+    pods::apply(&d, &bad)?;
+    let p = pods::wait_for(&d, "misconfigured", 30, "CreateContainerConfigError", |p| {
+        pods::waiting_reason(p, "main") == "CreateContainerConfigError"
+    })?;
+    let msg = pods::container(&p, "main")
+        .and_then(|c| c.state)
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default();
+    ensure!(
+        msg.contains("COLOR") && msg.contains("nope"),
+        "message {msg:?}"
+    );
+    pods::cli(&d, &["delete", "misconfigured", "--grace-period", "1"])?;
+    pods::delete_and_check(&d, "configured")
+}
+
+/// A pod with a readiness gate is Ready only once `bosun pod condition set` makes the gate
+/// True; a Watch subscriber sees the pod added and then modified.
+fn readiness_gates() -> Result<()> {
+    let d = pods::daemon(10, "")?;
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: gated}}
+spec:
+  terminationGracePeriodSeconds: 1
+  readinessGates: [{{conditionType: example.com/load-balancer}}]
+  containers:
+  - {{name: main, image: {BUSYBOX}, imagePullPolicy: Never, command: [sleep, "1000"]}}
+"#
+    );
+    let watched = block_on(async {
+        let ch = d.channel().await?;
+        let mut pods_api = api::pods_client::PodsClient::new(ch);
+        let mut stream = pods_api.watch(api::WatchPodsRequest {}).await?.into_inner();
+        pods::apply(&d, &yaml)?;
+        // Until a MODIFIED event shows the containers ready.
+        let mut kinds = Vec::new();
+        loop {
+            let ev = tokio::time::timeout(Duration::from_secs(20), stream.message())
+                .await
+                .with_context(|| format!("no watch event in 20 s after {kinds:?}"))??
+                .context("watch ended")?;
+            kinds.push(ev.r#type.clone());
+            let pod: k8s_openapi::api::core::v1::Pod =
+                serde_json::from_str(&ev.pod.context("event without a pod")?.pod_json)?;
+            if pods::condition(&pod, "ContainersReady") == "True" {
+                break;
+            }
+        }
+        anyhow::Ok(kinds)
+    })?;
+    ensure!(
+        watched.len() >= 2 && watched[0] == "ADDED" && watched[1..].iter().all(|k| k == "MODIFIED"),
+        "watch events {watched:?}"
+    );
+    let p = pods::wait_for(&d, "gated", 30, "containers ready", |p| {
+        pods::condition(p, "ContainersReady") == "True"
+    })?;
+    ensure!(
+        pods::condition(&p, "Ready") == "False",
+        "Ready without its gate"
+    );
+    pods::cli(
+        &d,
+        &[
+            "condition",
+            "set",
+            "gated",
+            "example.com/load-balancer=True",
+            "--reason",
+            "Attached",
+        ],
+    )?;
+    let p = pods::wait_for(&d, "gated", 10, "Ready", |p| {
+        pods::condition(p, "Ready") == "True"
+    })?;
+    ensure!(pods::condition(&p, "example.com/load-balancer") == "True");
+    let err = pods::cli_fails(&d, &["condition", "set", "gated", "x=Maybe"])?;
+    ensure!(err.contains("True or False"), "{err}");
+    pods::delete_and_check(&d, "gated")
+}
+
+/// A host-network pod's httpGet and tcpSocket probes go to 127.0.0.1; fields that only a
+/// scheduler uses are accepted with a warning.
+fn host_network() -> Result<()> {
+    let d = pods::daemon(10, "")?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: hostnet}}
+spec:
+  hostNetwork: true
+  nodeSelector: {{disk: ssd}}
+  tolerations: [{{key: k, operator: Exists}}]
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c, "mkdir -p /www; echo ok > /www/index.html; exec httpd -f -p 127.0.0.1:{port} -h /www"]
+    readinessProbe: {{httpGet: {{path: /index.html, port: {port}}}, periodSeconds: 1}}
+    livenessProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1}}
+"#
+    );
+    let f = pods::manifest_file(&d, &yaml)?;
+    let out = d.cli(&["pod", "apply", "-f", &f.to_string_lossy()])?;
+    ensure!(out.status.success(), "apply failed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        stderr.contains("nodeSelector")
+            && stderr.contains("tolerations")
+            && stderr.contains("no effect"),
+        "warnings: {stderr}"
+    );
+    let p = pods::wait_for(&d, "hostnet", 30, "Ready", |p| {
+        pods::condition(p, "Ready") == "True"
+    })?;
+    ensure!(
+        pods::restarts(&p, "web") == 0,
+        "liveness failed on loopback"
+    );
+    pods::delete_and_check(&d, "hostnet")?;
+    cri::assert_clean(&d)
+}
