@@ -404,7 +404,8 @@ pub fn resource_ref(
             .ok_or_else(|| format!("divisor {:?} is not a positive quantity", d.0))?,
         None => 1.0,
     };
-    let n = (value / divisor)
+    // Rounded to 1e-6 first, so 1.5 / 0.001 is 1500 and not 1501 after float error.
+    let n = ((value / divisor * 1e6).round() / 1e6)
         .ceil()
         .max(if res == "cpu" { 1.0 } else { 0.0 });
     Ok(format!("{}", n as i64))

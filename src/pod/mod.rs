@@ -23,6 +23,14 @@ pub mod validate;
 pub mod volumes;
 
 #[cfg(test)]
+mod env_tests;
+#[cfg(test)]
 mod probe_tests;
 #[cfg(test)]
+mod prober_tests;
+#[cfg(test)]
+mod translate_tests;
+#[cfg(test)]
 mod validate_tests;
+#[cfg(test)]
+mod volumes_tests;
