@@ -410,9 +410,9 @@ fn exec_and_port_forward() -> Result<()> {
 
             // attach -i to `cat` with stdinOnce: the input comes back, stdin's end ends `cat`,
             // and kubectl returns when the container exits.
-            // 64 KiB: the monitor drops an attach client that falls a socket buffer (~200 KiB)
-            // behind rather than slow the container; kubectl behind this proxy can, with 1 MiB.
-            let input: Vec<u8> = (0..(64 << 10) + 3)
+            // 1 MiB: kubectl behind this proxy falls behind; the monitor queues what a lagging
+            // attach client cannot take yet (up to 4 MiB) instead of dropping it.
+            let input: Vec<u8> = (0..(1 << 20) + 3)
                 .map(|i: usize| (i * 13 % 241) as u8)
                 .collect();
             let mut child = kubectl(&config, false)

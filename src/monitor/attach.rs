@@ -1,13 +1,16 @@
 //! The attach socket: container output fanned out to attach clients, their input to stdin.
 //!
 //! A non-blocking SOCK_SEQPACKET listener at `<bundle>/attach.sock` (format in
-//! [`super::attach_proto`]). Output is sent to every client with `MSG_DONTWAIT`: a client
-//! whose socket buffer is full is disconnected, never waited for, so neither the container
-//! nor the log ever blocks on an attach. Client input goes to the container's stdin through
+//! [`super::attach_proto`]). Output is sent to every client with `MSG_DONTWAIT`; what a
+//! client's full socket cannot take waits in that client's own queue (allocated only while it
+//! lags, at most [`CLIENT_QUEUE_MAX`] bytes) and is sent as the socket drains. A client that
+//! falls further behind is disconnected: neither the container nor the log ever waits for an
+//! attach. Client input goes to the container's stdin through
 //! one small buffer; while it is not written out no client input is read (flow control
 //! without memory growth). With `--stdin-once` the container's stdin is closed once the first
 //! client that sent stdin ends it (a terminal gets its end-of-file character instead).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -30,6 +33,9 @@ use super::error::{Context, Result};
 /// The most attach clients at once; more are accepted and closed at once.
 pub const MAX_CLIENTS: usize = 32;
 
+/// The most output bytes queued for one lagging client before it is disconnected.
+pub const CLIENT_QUEUE_MAX: usize = 4 << 20;
+
 /// The terminal's end-of-file character (VEOF, `^D`).
 const VEOF: u8 = 0x04;
 
@@ -38,6 +44,39 @@ struct Client {
     fd: OwnedFd,
     /// The client declared or sent stdin (an empty stdin message declares it).
     has_stdin: bool,
+    /// Output messages (tag + data) its socket could not take yet, oldest first.
+    queue: VecDeque<Vec<u8>>,
+    /// Bytes in `queue`.
+    queued: usize,
+}
+
+impl Client {
+    fn new(fd: OwnedFd) -> Self {
+        Client {
+            fd,
+            has_stdin: false,
+            queue: VecDeque::new(),
+            queued: 0,
+        }
+    }
+
+    /// Sends queued output until the socket is full; `Err` when the client is gone.
+    fn flush(&mut self) -> std::result::Result<(), Errno> {
+        while let Some(msg) = self.queue.front() {
+            match rustix::net::send(&self.fd, msg, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+                Ok(_) => {
+                    self.queued -= msg.len();
+                    self.queue.pop_front();
+                }
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        // Caught up: give the memory back.
+        self.queue = VecDeque::new();
+        Ok(())
+    }
 }
 
 /// What the last poll reported for the attach descriptors, in [`AttachServer::register`]'s
@@ -45,7 +84,8 @@ struct Client {
 #[derive(Debug, Default)]
 pub struct AttachReady {
     listener: bool,
-    clients: Vec<bool>,
+    /// Per client: (readable or hung up, writable).
+    clients: Vec<(bool, bool)>,
     stdin_writable: bool,
 }
 
@@ -56,7 +96,7 @@ impl AttachReady {
     pub fn all(clients: usize) -> Self {
         AttachReady {
             listener: true,
-            clients: vec![true; clients],
+            clients: vec![(true, true); clients],
             stdin_writable: true,
         }
     }
@@ -136,8 +176,9 @@ impl AttachServer {
         self.clients.len()
     }
 
-    /// Adds the listener, the clients (readable: only while no stdin is backed up) and, with
-    /// stdin backed up, the container's stdin (writable) to the poll set.
+    /// Adds the listener, the clients (readable: only while no stdin is backed up; writable:
+    /// while output waits in their queue) and, with stdin backed up, the container's stdin
+    /// (writable) to the poll set.
     pub fn register<'a>(
         &'a self,
         fds: &mut Vec<PollFd<'a>>,
@@ -152,11 +193,14 @@ impl AttachServer {
         let first = fds.len();
         for c in &self.clients {
             // Hang-ups are reported whatever the events asked for.
-            let events = if backed_up {
+            let mut events = if backed_up {
                 PollFlags::empty()
             } else {
                 PollFlags::IN
             };
+            if !c.queue.is_empty() {
+                events |= PollFlags::OUT;
+            }
             fds.push(PollFd::new(&c.fd, events));
         }
         slots.clients = Some((first, fds.len()));
@@ -170,18 +214,28 @@ impl AttachServer {
     /// Reads what the poll reported for the descriptors [`AttachServer::register`] added.
     pub fn ready(slots: &AttachSlots, fds: &[PollFd<'_>]) -> AttachReady {
         let hit = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
+        let client = |i: usize| {
+            let ev = fds
+                .get(i)
+                .map(|f| f.revents())
+                .unwrap_or(PollFlags::empty());
+            (
+                !(ev - PollFlags::OUT).is_empty(),
+                ev.contains(PollFlags::OUT),
+            )
+        };
         AttachReady {
             listener: hit(slots.listener),
             clients: slots
                 .clients
-                .map(|(a, b)| (a..b).map(hit).collect())
+                .map(|(a, b)| (a..b).map(client).collect())
                 .unwrap_or_default(),
             stdin_writable: slots.stdin.is_some_and(hit),
         }
     }
 
-    /// Sends one chunk of output to every client; a client that cannot take it now is
-    /// disconnected.
+    /// Sends one chunk of output to every client; what a client's socket cannot take now is
+    /// queued for it; a client whose queue would pass [`CLIENT_QUEUE_MAX`] is disconnected.
     pub fn broadcast(&mut self, stream: Stream, data: &[u8], io: &mut ContainerIo) {
         if self.clients.is_empty() {
             return;
@@ -193,17 +247,37 @@ impl AttachServer {
         let iov = [IoSlice::new(&tag), IoSlice::new(data)];
         let mut i = 0;
         while i < self.clients.len() {
-            let sent = rustix::net::sendmsg(
-                &self.clients[i].fd,
-                &iov,
-                &mut SendAncillaryBuffer::default(),
-                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-            );
-            if sent.is_ok() {
-                i += 1;
+            let c = &mut self.clients[i];
+            let sent = if c.queue.is_empty() {
+                rustix::net::sendmsg(
+                    &c.fd,
+                    &iov,
+                    &mut SendAncillaryBuffer::default(),
+                    SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+                )
+                .map(|_| ())
             } else {
-                // Full (too slow), or gone: never wait for a client.
-                self.drop_client(i, io);
+                // Behind already: keep the order.
+                Err(Errno::AGAIN)
+            };
+            match sent {
+                Ok(()) => i += 1,
+                Err(Errno::AGAIN | Errno::INTR)
+                    if c.queued + 1 + data.len() <= CLIENT_QUEUE_MAX =>
+                {
+                    c.queue.push_back([&tag[..], data].concat());
+                    c.queued += 1 + data.len();
+                    i += 1;
+                }
+                Err(Errno::AGAIN | Errno::INTR) => {
+                    eprintln!(
+                        "bosun monitor: attach client dropped: more than {CLIENT_QUEUE_MAX} bytes \
+                         of output behind"
+                    );
+                    self.drop_client(i, io);
+                }
+                // Gone: never wait for a client.
+                Err(_) => self.drop_client(i, io),
             }
         }
     }
@@ -215,7 +289,12 @@ impl AttachServer {
         }
         // From the back: dropping a client must not shift the ones still to serve.
         for i in (0..ready.clients.len().min(self.clients.len())).rev() {
-            if ready.clients[i] {
+            let (readable, writable) = ready.clients[i];
+            if writable && self.clients[i].flush().is_err() {
+                self.drop_client(i, io);
+                continue;
+            }
+            if readable {
                 self.serve_client(i, io, buf);
             }
         }
@@ -238,10 +317,7 @@ impl AttachServer {
                         SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
                     );
                     if ready.is_ok() {
-                        self.clients.push(Client {
-                            fd,
-                            has_stdin: false,
-                        });
+                        self.clients.push(Client::new(fd));
                     }
                 }
                 Ok(_too_many) => {}

@@ -79,7 +79,7 @@ fn output_reaches_every_client_tagged_with_its_stream() {
 }
 
 #[test]
-fn a_client_that_does_not_read_is_dropped_and_never_blocks_the_others() {
+fn a_client_that_does_not_read_is_dropped_after_its_queue_and_never_blocks_the_others() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = AttachServer::bind(dir.path(), false, false).expect("bind");
     let mut io = no_io();
@@ -115,6 +115,50 @@ fn a_client_that_does_not_read_is_dropped_and_never_blocks_the_others() {
         recv(&fast),
         Some([&[OUT_STDOUT][..], b"still flowing"].concat())
     );
+}
+
+#[test]
+fn a_client_that_pauses_gets_every_byte_from_its_queue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = AttachServer::bind(dir.path(), false, false).expect("bind");
+    let mut io = no_io();
+    let (fast, paused) = (connect(dir.path()), connect(dir.path()));
+    serve_all(&mut server, &mut io);
+    assert_eq!(recv(&fast), Some(vec![OUT_READY]));
+    assert_eq!(recv(&paused), Some(vec![OUT_READY]));
+    // 2 MiB while `paused` reads nothing: far more than its socket buffer.
+    let chunks = 128;
+    for i in 0..chunks {
+        let chunk = vec![i as u8; 16 * 1024];
+        server.broadcast(Stream::Stdout, &chunk, &mut io);
+        assert_eq!(recv(&fast).map(|m| m.len()), Some(chunk.len() + 1));
+    }
+    assert_eq!(
+        server.clients(),
+        2,
+        "a lagging client within the queue limit stays"
+    );
+    // It resumes: every chunk arrives, in order, as the server flushes its queue.
+    let mut got = 0;
+    for _ in 0..100_000 {
+        while let Some(m) = recv(&paused) {
+            assert_eq!(m.len(), 16 * 1024 + 1);
+            assert_eq!(
+                (m[0], m[1]),
+                (OUT_STDOUT, got as u8),
+                "chunk {got} in order"
+            );
+            got += 1;
+        }
+        if got == chunks {
+            break;
+        }
+        serve_all(&mut server, &mut io);
+    }
+    assert_eq!(got, chunks);
+    // Caught up: new output goes straight through again.
+    server.broadcast(Stream::Stdout, b"live", &mut io);
+    assert_eq!(recv(&paused), Some([&[OUT_STDOUT][..], b"live"].concat()));
 }
 
 #[test]
