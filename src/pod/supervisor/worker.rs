@@ -82,6 +82,9 @@ pub struct Worker {
     pub initialized: bool,
     /// The next time the worker must look again (a back-off running out, a retry).
     pub wake_at: Option<Instant>,
+    /// When probe results that changed nothing are next folded into the view (coalesced:
+    /// rebuilding the view for every attempt of every probe costs more than the probes).
+    pub quiet_due: Option<tokio::time::Instant>,
     pub termination: Option<Termination>,
     pub view_tx: watch::Sender<Arc<PodView>>,
     /// The pod left the API (force delete): no more watch events.
@@ -116,6 +119,7 @@ impl Worker {
             probe_tx,
             initialized: false,
             wake_at: None,
+            quiet_due: None,
             termination: None,
             view_tx,
             gone: false,
@@ -162,9 +166,15 @@ impl Worker {
                 }
                 Some(update) = probe_rx.recv() => {
                     if !self.on_probe(update) {
-                        self.publish_quiet();
+                        self.quiet_due.get_or_insert_with(|| {
+                            tokio::time::Instant::now() + QUIET_PUBLISH_DELAY
+                        });
                         continue;
                     }
+                }
+                _ = sleep_or_never(self.quiet_due) => {
+                    self.publish_quiet();
+                    continue;
                 }
                 _ = tokio::time::sleep_until(sleep_until) => {
                     self.wake_at = None;
@@ -261,6 +271,7 @@ impl Worker {
 
     /// Rebuilds the view and tells watchers when the pod's status changed.
     fn publish(&mut self, kind: WatchKind) {
+        self.quiet_due = None;
         let view = Arc::new(self.build_view());
         let changed = kind != WatchKind::Modified || self.view_tx.borrow().pod != view.pod;
         self.view_tx.send_replace(view.clone());
@@ -271,7 +282,19 @@ impl Worker {
 
     /// Rebuilds the view (new probe results) without telling watchers.
     fn publish_quiet(&mut self) {
+        self.quiet_due = None;
         let view = Arc::new(self.build_view());
         self.view_tx.send_replace(view);
+    }
+}
+
+/// How long unchanged probe results may wait before the view shows them.
+const QUIET_PUBLISH_DELAY: Duration = Duration::from_secs(2);
+
+/// Sleeps until `at`, or for ever without one.
+async fn sleep_or_never(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
