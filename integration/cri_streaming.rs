@@ -448,7 +448,7 @@ fn slow_attach() -> Result<()> {
                 // The attach may start mid-way through "ready"; everything after must be whole.
                 let start = body.find("1\n2\n3\n").unwrap_or(0);
                 ensure!(
-                    &body[start..] == expected,
+                    body[start..] == expected,
                     "{t}: got {} bytes, want {} (first difference at {:?})",
                     body.len() - start,
                     expected.len(),
