@@ -750,6 +750,7 @@ fn attach_stuck() -> Result<()> {
             // An attach that never reads: the log grows as fast as without it, well past what
             // the socket and the session can buffer.
             let stuck = env.rt.attach(&id, req(false, true, true, false)).await?;
+            let at_attach = size(&log);
             let with_stuck = growth().await;
             eprintln!("log growth in 2 s: {alone} bytes alone, {with_stuck} with a stuck attach");
             ensure!(
@@ -761,11 +762,24 @@ fn attach_stuck() -> Result<()> {
             let mut out = live.stdout.take().context("stdout")?;
             let mut seen = Vec::new();
             read_until(&mut out, &mut seen, "\nline ", 10).await?;
-            // The stuck session was dropped by the monitor: once it reads, it ends detached.
+            // The monitor queues up to 4 MiB for a lagging client, then drops it: once 8 MiB
+            // more went to the log the stuck session is surely dropped; reading, it ends detached.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while size(&log).saturating_sub(at_attach) < 8 << 20 {
+                ensure!(
+                    std::time::Instant::now() < deadline,
+                    "the log stopped growing"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             let mut stuck = stuck;
             let drained = tokio::spawn(read_all(stuck.stdout.take()));
-            let _ = read_all(stuck.stderr.take()).await;
-            let got = drained.await??;
+            let _ = tokio::time::timeout(Duration::from_secs(20), read_all(stuck.stderr.take()))
+                .await
+                .context("the stuck attach's stderr did not end: not dropped")?;
+            let got = tokio::time::timeout(Duration::from_secs(20), drained)
+                .await
+                .context("the stuck attach's stdout did not end: not dropped")???;
             ensure!(!got.is_empty(), "the stuck attach got nothing at all");
             ensure!(
                 end_of(stuck.done, 10).await? == SessionEnd::Detached,

@@ -237,13 +237,14 @@ fn memory() -> Result<()> {
     // Anonymous memory (heap, stack, relocated data) is what each monitor costs on its own;
     // the file pages in RSS and Pss are shared with the daemon and every other monitor of the
     // same binary (Pss counts them whole while no other process maps it). A debug binary
-    // relocates ~1.2 MiB of data at load and runs unoptimised code, hence looser bounds; its RSS
+    // relocates its .data.rel.ro and .got at load (2.1 MiB since the pod supervisor and its CLI
+    // joined the binary; 0.6 MiB in release) and runs unoptimised code, hence looser bounds; its RSS
     // also swings with how much of a freshly written 100+ MiB binary is still dirty in the page
     // cache (8.5 MiB seen on a fresh clone), so in debug only a sanity ceiling applies to RSS.
     let (max_rss, max_anon) = if release {
         (3 << 10, 1 << 10)
     } else {
-        (16 << 10, 2 << 10)
+        (16 << 10, 3 << 10)
     };
     ensure!(
         rss <= max_rss && anon <= max_anon,
