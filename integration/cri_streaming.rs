@@ -270,12 +270,10 @@ fn large_and_concurrent() -> Result<()> {
                     o.status
                 );
             }
-            // Ten sessions at once over SPDY. Over WebSocket one of ten concurrent sessions
-            // sometimes loses its whole stdout (right exit code, no output): an open bug, kept
-            // out of this test until fixed (see the issue notes).
+            // Ten sessions at once, both transports.
             let mut children = Vec::new();
             for i in 0..10usize {
-                let t = "spdy";
+                let t = TRANSPORTS[i % 2];
                 let script = format!(
                     "for n in $(seq 1 200); do echo session-{i}-$n; done; exit {}",
                     i % 4
@@ -295,7 +293,8 @@ fn large_and_concurrent() -> Result<()> {
                 let want: String = (1..=200).map(|n| format!("session-{i}-{n}\n")).collect();
                 ensure!(
                     o.status.code() == Some((i % 4) as i32) && o.stdout == want.as_bytes(),
-                    "session {i}: {}",
+                    "session {i} ({}): {}",
+                    TRANSPORTS[i % 2],
                     show(&o)
                 );
             }

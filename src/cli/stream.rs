@@ -5,7 +5,6 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use clap::Args;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use crate::proto::runtime::v1 as pb;
@@ -147,7 +146,6 @@ async fn session(url: &str, transport: Transport, stdin: bool, tty: bool) -> any
     };
     let outcome = client::exec(url, transport, io).await;
     drop(raw);
-    let _ = tokio::io::stdout().flush().await;
     let code = match outcome? {
         Outcome::Success => 0,
         Outcome::ExitCode(c) => c,

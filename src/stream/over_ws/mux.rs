@@ -102,15 +102,15 @@ impl Mux {
                         }
                     }
                     Some(Frame::Close(ch)) => {
-                        if let Some(mut route) = routes.remove(&ch) {
-                            let _ = route.shutdown().await;
+                        if let Some(route) = routes.remove(&ch) {
+                            end_route(route).await;
                         }
                     }
                     None => {}
                 }
             }
-            for (_, mut route) in routes {
-                let _ = route.shutdown().await;
+            for (_, route) in routes {
+                end_route(route).await;
             }
             reader_gone.cancel();
         });
@@ -188,6 +188,14 @@ impl Mux {
     }
 }
 
+/// Flushes a route, then shuts it down. The flush is what waits for written data: tokio's
+/// stdout (the CLI's route) queues each write to a blocking thread and its shutdown returns at
+/// once, so a process that exits after a bare shutdown can lose its last output.
+async fn end_route(mut route: Route) {
+    let _ = route.flush().await;
+    let _ = route.shutdown().await;
+}
+
 fn broken() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::BrokenPipe, "websocket closed")
 }
@@ -231,3 +239,7 @@ impl AsyncWrite for ChannelWriter {
         Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+#[path = "mux_tests.rs"]
+mod tests;
