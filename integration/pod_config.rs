@@ -226,6 +226,13 @@ spec:
         pods::restarts(&p, "web") == 0,
         "liveness failed on loopback"
     );
+    let status = p.status.clone().unwrap_or_default();
+    ensure!(
+        status.pod_ip.is_some() && status.pod_ip == status.host_ip,
+        "a host-network pod's IP is the node's: {:?} vs {:?}",
+        status.pod_ip,
+        status.host_ip
+    );
     pods::delete_and_check(&d, "hostnet")?;
     cri::assert_clean(&d)
 }

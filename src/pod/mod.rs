@@ -13,6 +13,7 @@ pub mod manifest;
 pub mod phase;
 pub mod probe;
 pub mod probe_result;
+pub mod probe_runtime;
 pub mod prober;
 pub mod projection;
 pub mod quantity;

@@ -8,12 +8,40 @@ pub enum ProbeKind {
     Readiness,
 }
 
+impl ProbeKind {
+    pub const ALL: [ProbeKind; 3] = [
+        ProbeKind::Startup,
+        ProbeKind::Liveness,
+        ProbeKind::Readiness,
+    ];
+
+    /// `startup`, `liveness`, `readiness`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::Startup => "startup",
+            ProbeKind::Liveness => "liveness",
+            ProbeKind::Readiness => "readiness",
+        }
+    }
+}
+
 /// A probe's current result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Result {
     Success,
     Failure,
     Unknown,
+}
+
+impl Result {
+    /// `Success`, `Failure`, `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Result::Success => "Success",
+            Result::Failure => "Failure",
+            Result::Unknown => "Unknown",
+        }
+    }
 }
 
 /// Thresholds from the probe spec (defaults 1 and 3).

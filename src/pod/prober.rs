@@ -28,7 +28,9 @@ pub struct Target {
     pub host: IpAddr,
 }
 
-/// One finished probe attempt.
+/// A probe attempt the supervisor must hear of: one that changed the thresholded result or
+/// failed. Unchanged successes are only recorded in the `Probes` handle ([`Probes::last`]),
+/// so steady healthy probes cost the supervisor nothing.
 #[derive(Debug, Clone)]
 pub struct Update {
     /// Container name.
@@ -47,7 +49,17 @@ pub struct Update {
     pub at_ns: i64,
 }
 
-type Results = Arc<Mutex<[Option<Result>; 3]>>;
+/// The state of one probe kind: its thresholded result and its last attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub result: Result,
+    /// Wall-clock ns when the last attempt finished (0: none yet).
+    pub at_ns: i64,
+    /// The last attempt succeeded.
+    pub ok: bool,
+}
+
+type Results = Arc<Mutex<[Option<Slot>; 3]>>;
 
 /// Every probe of one container instance; dropping it stops them.
 pub struct Probes {
@@ -73,7 +85,9 @@ impl Probes {
     /// Starts the container's probes: the startupProbe first (if any); liveness and readiness
     /// once it succeeded. A liveness or startup failure ends that probe (the container is
     /// killed; its next instance gets new probes); readiness keeps running.
+    /// The probe task runs on `rt` (the daemon's probe runtime, see `probe_runtime`).
     pub fn start(
+        rt: &tokio::runtime::Handle,
         target: Target,
         exec: Arc<dyn Exec>,
         http: reqwest::Client,
@@ -81,7 +95,11 @@ impl Probes {
     ) -> Probes {
         let c = &target.container;
         let initial = |p: &Option<Probe>, k: ProbeKind| {
-            p.as_ref().map(|p| Tracker::new(k, thresholds(p)).result())
+            p.as_ref().map(|p| Slot {
+                result: Tracker::new(k, thresholds(p)).result(),
+                at_ns: 0,
+                ok: false,
+            })
         };
         let results: Results = Arc::new(Mutex::new([
             initial(&c.startup_probe, ProbeKind::Startup),
@@ -95,17 +113,26 @@ impl Probes {
             tx,
             results: results.clone(),
         };
-        let task = tokio::spawn(async move { worker.run().await });
+        let task = rt.spawn(async move { worker.run().await });
         Probes { task, results }
     }
 
     /// The current (startup, liveness, readiness) results; `None` for a probe not configured.
     pub fn results(&self) -> (Option<Result>, Option<Result>, Option<Result>) {
-        let r = match self.results.lock() {
+        let r = self.slots().map(|s| s.map(|s| s.result));
+        (r[0], r[1], r[2])
+    }
+
+    /// The state of one probe kind (`None`: not configured).
+    pub fn last(&self, kind: ProbeKind) -> Option<Slot> {
+        self.slots()[index(kind)]
+    }
+
+    fn slots(&self) -> [Option<Slot>; 3] {
+        match self.results.lock() {
             Ok(g) => *g,
             Err(p) => *p.into_inner(),
-        };
-        (r[0], r[1], r[2])
+        }
     }
 }
 
@@ -166,18 +193,21 @@ impl Worker {
             };
             let changed = tracker.record(ok);
             let result = tracker.result();
+            let at_ns = crate::runtime::status::now_ns();
             if let Ok(mut r) = self.results.lock() {
-                r[index(kind)] = Some(result);
+                r[index(kind)] = Some(Slot { result, at_ns, ok });
             }
-            let _ = self.tx.send(Update {
-                container: self.target.container.name.clone(),
-                container_id: self.target.container_id.clone(),
-                kind,
-                result,
-                changed: changed.is_some(),
-                message,
-                at_ns: crate::runtime::status::now_ns(),
-            });
+            if changed.is_some() || !ok {
+                let _ = self.tx.send(Update {
+                    container: self.target.container.name.clone(),
+                    container_id: self.target.container_id.clone(),
+                    kind,
+                    result,
+                    changed: changed.is_some(),
+                    message,
+                    at_ns,
+                });
+            }
             match (kind, changed) {
                 (ProbeKind::Startup, Some(r)) => return r,
                 (ProbeKind::Liveness, Some(Result::Failure)) => return Result::Failure,

@@ -65,6 +65,10 @@ fn target(c: Container) -> Target {
     }
 }
 
+fn rt() -> tokio::runtime::Handle {
+    tokio::runtime::Handle::current()
+}
+
 async fn next(rx: &mut mpsc::UnboundedReceiver<Update>) -> Update {
     tokio::time::timeout(Duration::from_secs(60), rx.recv())
         .await
@@ -79,12 +83,12 @@ async fn startup_gates_liveness_and_readiness() {
     let c = container(
         "name: a
 startupProbe: {exec: {command: [check]}, periodSeconds: 1, failureThreshold: 10}
-livenessProbe: {exec: {command: [ok]}, periodSeconds: 1}
-readinessProbe: {exec: {command: [ok]}, periodSeconds: 1, successThreshold: 2}",
+livenessProbe: {exec: {command: [ok, live]}, periodSeconds: 1}
+readinessProbe: {exec: {command: [ok, ready]}, periodSeconds: 1, successThreshold: 2}",
     );
     let (tx, mut rx) = mpsc::unbounded_channel();
     let http = super::probe::http_client().expect("client");
-    let probes = Probes::start(target(c), exec.clone(), http, tx);
+    let probes = Probes::start(&rt(), target(c), exec.clone(), http, tx);
     assert_eq!(
         probes.results(),
         (Some(R::Unknown), Some(R::Success), Some(R::Failure)),
@@ -101,19 +105,28 @@ readinessProbe: {exec: {command: [ok]}, periodSeconds: 1, successThreshold: 2}",
         (u.kind, u.result, u.changed),
         (ProbeKind::Startup, R::Success, true)
     );
-    let mut kinds = Vec::new();
-    let mut ready_changed = false;
-    while kinds.len() < 6 {
-        let u = next(&mut rx).await;
-        assert_ne!(u.kind, ProbeKind::Startup, "startup never runs again");
-        if u.kind == ProbeKind::Readiness && u.changed {
-            assert_eq!(u.result, R::Success);
-            ready_changed = true;
-        }
-        kinds.push(u.kind);
+    // Liveness starts Success and stays so: it tells nobody. Readiness needs two successes
+    // and reports only the change.
+    let u = next(&mut rx).await;
+    assert_eq!(
+        (u.kind, u.result, u.changed, u.message.as_str()),
+        (ProbeKind::Readiness, R::Success, true, "")
+    );
+    let before = probes.last(ProbeKind::Liveness).expect("configured");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(rx.try_recv().is_err(), "unchanged successes are not sent");
+    let calls = exec.calls.lock().expect("lock").clone();
+    let live = calls.iter().filter(|c| c[..] == ["ok", "live"]).count();
+    assert!(live >= 6, "liveness kept probing: {calls:?}");
+    for kind in [ProbeKind::Liveness, ProbeKind::Readiness] {
+        let last = probes.last(kind).expect("configured");
+        assert!(last.ok && last.result == R::Success, "{kind:?}: {last:?}");
     }
-    assert!(kinds.contains(&ProbeKind::Liveness) && kinds.contains(&ProbeKind::Readiness));
-    assert!(ready_changed, "two successes make readiness Success");
+    let after = probes.last(ProbeKind::Liveness).expect("configured");
+    assert!(
+        after.at_ns > before.at_ns,
+        "each attempt is recorded: {before:?} then {after:?}"
+    );
     assert_eq!(probes.results().2, Some(R::Success));
 }
 
@@ -128,7 +141,7 @@ readinessProbe: {exec: {command: [fail]}, periodSeconds: 1}",
     let (tx, mut rx) = mpsc::unbounded_channel();
     let http = super::probe::http_client().expect("client");
     let started = tokio::time::Instant::now();
-    let _probes = Probes::start(target(c), exec.clone(), http, tx);
+    let _probes = Probes::start(&rt(), target(c), exec.clone(), http, tx);
     let mut live = Vec::new();
     let mut ready = 0;
     while ready < 20 {
@@ -165,7 +178,7 @@ readinessProbe: {exec: {command: [hang]}, periodSeconds: 3, timeoutSeconds: 2}",
     );
     let (tx, mut rx) = mpsc::unbounded_channel();
     let http = super::probe::http_client().expect("client");
-    let probes = Probes::start(target(c), exec.clone(), http, tx);
+    let probes = Probes::start(&rt(), target(c), exec.clone(), http, tx);
     let u = next(&mut rx).await;
     assert_eq!(u.result, R::Failure);
     assert!(u.message.contains("timed out"), "{}", u.message);
@@ -210,17 +223,30 @@ livenessProbe: {{tcpSocket: {{port: web}}, periodSeconds: 1}}"
     let (tx, mut rx) = mpsc::unbounded_channel();
     let http = super::probe::http_client().expect("client");
     let exec: Arc<dyn Exec> = Arc::new(FakeExec::default());
-    let probes = Probes::start(target(c), exec, http, tx);
-    let mut seen = (false, false);
-    while !(seen.0 && seen.1) {
-        let u = next(&mut rx).await;
-        assert_eq!(u.result, R::Success, "{u:?}");
-        match u.kind {
-            ProbeKind::Readiness => seen.0 = true,
-            ProbeKind::Liveness => seen.1 = true,
-            ProbeKind::Startup => panic!("no startup probe"),
-        }
+    let probes = Probes::start(&rt(), target(c), exec, http, tx);
+    // Readiness starts Failure: its first success is a change, sent. Liveness starts Success:
+    // its successes are only recorded.
+    let u = next(&mut rx).await;
+    assert_eq!(
+        (u.kind, u.result),
+        (ProbeKind::Readiness, R::Success),
+        "{u:?}"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !probes
+        .last(ProbeKind::Liveness)
+        .is_some_and(|s| s.ok && s.at_ns > 0)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no tcp probe success"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert!(
+        probes.last(ProbeKind::Startup).is_none(),
+        "no startup probe"
+    );
     drop(probes);
     let bad = container(&format!(
         "name: a\nreadinessProbe: {{httpGet: {{path: /other, port: {port}}}, periodSeconds: 1}}"
@@ -228,6 +254,7 @@ livenessProbe: {{tcpSocket: {{port: web}}, periodSeconds: 1}}"
     let (tx, mut rx) = mpsc::unbounded_channel();
     let exec: Arc<dyn Exec> = Arc::new(FakeExec::default());
     let _p = Probes::start(
+        &rt(),
         target(bad),
         exec,
         super::probe::http_client().expect("client"),

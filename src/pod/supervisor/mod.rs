@@ -57,6 +57,8 @@ pub struct Shared {
     pub config: Arc<Config>,
     pub exec: Arc<dyn Exec>,
     pub http: reqwest::Client,
+    /// The single-threaded runtime probe tasks run on.
+    pub probe_rt: tokio::runtime::Handle,
     /// `<root>/pods`: one directory per pod uid (record, volumes).
     pub pods_dir: PathBuf,
     pub watch: broadcast::Sender<WatchEvent>,
@@ -165,8 +167,11 @@ impl Supervisor {
             .map_err(|e| Error::internal(format!("create {}: {e}", pods_dir.display())))?;
         let http = crate::pod::probe::http_client()
             .map_err(|e| Error::internal(format!("probe http client: {e}")))?;
+        let probe_rt = crate::pod::probe_runtime::start()
+            .map_err(|e| Error::internal(format!("probe runtime: {e}")))?;
         let (node_name, host_ip) = node_facts();
         let sh = Arc::new(Shared {
+            probe_rt,
             exec: Arc::new(runtime.clone()),
             runtime,
             images,

@@ -68,6 +68,15 @@ impl Record {
         format!("{}/{}", self.namespace(), self.name())
     }
 
+    /// The pod shares the node's network namespace.
+    pub fn host_network(&self) -> bool {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false)
+    }
+
     /// The pod's directory under `pods_dir`.
     pub fn dir(&self, pods_dir: &Path) -> PathBuf {
         pods_dir.join(self.uid())

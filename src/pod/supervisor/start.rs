@@ -198,13 +198,7 @@ impl Worker {
 
     /// Where probes and hooks of instance `id` of container `i` go.
     pub fn target(&self, i: usize, id: &str) -> Target {
-        let host_network = self
-            .rec
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.host_network)
-            .unwrap_or(false);
+        let host_network = self.rec.host_network();
         let ip = self
             .sandbox
             .as_ref()
@@ -239,6 +233,7 @@ impl Worker {
             let any = has_startup || has_readiness || c.spec.liveness_probe.is_some();
             let probes = any.then(|| {
                 Probes::start(
+                    &self.sh.probe_rt,
                     self.target(i, &id),
                     self.sh.exec.clone(),
                     self.sh.http.clone(),
@@ -271,22 +266,13 @@ impl Worker {
         if self.cs[i].current.as_ref().map(|c| c.id.as_str()) != Some(u.container_id.as_str()) {
             return false;
         }
-        let kind = match u.kind {
-            ProbeKind::Startup => "startup",
-            ProbeKind::Liveness => "liveness",
-            ProbeKind::Readiness => "readiness",
-        };
-        let result = match u.result {
-            ProbeResult::Success => "Success",
-            ProbeResult::Failure => "Failure",
-            ProbeResult::Unknown => "Unknown",
-        };
+        let kind = u.kind.as_str();
         self.probe_reports.insert(
             (u.container.clone(), kind.to_string()),
             ProbeReport {
                 container: u.container.clone(),
                 probe: kind.to_string(),
-                result: result.to_string(),
+                result: u.result.as_str().to_string(),
                 message: u.message.clone(),
                 at_ns: u.at_ns,
             },

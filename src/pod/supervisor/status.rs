@@ -8,9 +8,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::state::{CState, Inst, PostStart};
 use super::worker::Worker;
-use crate::pod::api::{LogRef, PodView};
+use crate::pod::api::{LogRef, PodView, ProbeReport};
 use crate::pod::conditions::{self, PodFacts};
 use crate::pod::phase::{self, Phase};
+use crate::pod::probe_result::ProbeKind;
 use crate::pod::resources;
 use crate::pod::translate::ContainerKind;
 use crate::pod::volumes;
@@ -64,6 +65,38 @@ impl Worker {
     }
 
     /// Builds the view: the pod with its status, events, probe results, log files.
+    /// The last result of every probe, by container and kind: what the probers reported
+    /// (changes and failures) with the later unchanged successes of live probes folded in.
+    fn probe_reports(&self) -> Vec<ProbeReport> {
+        let mut reports = self.probe_reports.clone();
+        for c in &self.cs {
+            let Some((_, Some(probes))) = &c.probes else {
+                continue;
+            };
+            for kind in ProbeKind::ALL {
+                let Some(slot) = probes.last(kind).filter(|s| s.ok && s.at_ns > 0) else {
+                    continue;
+                };
+                let key = (c.name().to_string(), kind.as_str().to_string());
+                if reports.get(&key).is_some_and(|r| r.at_ns >= slot.at_ns) {
+                    continue;
+                }
+                reports.insert(
+                    key,
+                    ProbeReport {
+                        container: c.name().to_string(),
+                        probe: kind.as_str().to_string(),
+                        result: slot.result.as_str().to_string(),
+                        message: String::new(),
+                        at_ns: slot.at_ns,
+                    },
+                );
+            }
+        }
+        // Keyed by (container, probe): already in that order.
+        reports.into_values().collect()
+    }
+
     pub fn build_view(&mut self) -> PodView {
         let phase = self.phase();
         let containers = self.phase_containers();
@@ -113,7 +146,13 @@ impl Worker {
                 ..Default::default()
             });
         }
-        let ip = self.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let host_network = self.rec.host_network();
+        // A host-network pod's IP is the node's, as the kubelet reports it, once it has a sandbox.
+        let ip = match &self.sandbox {
+            Some(_) if host_network => Some(self.sh.host_ip.clone()),
+            Some(s) => s.ip.clone(),
+            None => None,
+        };
         let statuses: Vec<(ContainerKind, ContainerStatus)> = self
             .cs
             .iter()
@@ -143,8 +182,7 @@ impl Worker {
         };
         let mut pod = self.rec.pod.clone();
         pod.status = Some(status);
-        let mut probes: Vec<_> = self.probe_reports.values().cloned().collect();
-        probes.sort_by(|a, b| (&a.container, &a.probe).cmp(&(&b.container, &b.probe)));
+        let probes = self.probe_reports();
         PodView {
             pod,
             events: self.events.list(),
