@@ -102,6 +102,18 @@ pub async fn exec(url: &str, protocols: &[&str], io: ExecIo) -> Result<Outcome> 
         .into_iter()
         .find(|v| v.name() == proto)
         .ok_or_else(|| Error::unavailable(format!("{url}: server chose protocol {proto:?}")))?;
+    exec_on(conn_io, version, io).await
+}
+
+/// The exec or attach session on an upgraded connection speaking `version`.
+///
+/// A stream the server resets (RST_STREAM) after sending its data ends there, as in
+/// client-go's spdystream: containerd 1.6 resets every stream right after writing the exit
+/// status, and that status must still count.
+async fn exec_on<T>(conn_io: T, version: Version, io: ExecIo) -> Result<Outcome>
+where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     let (conn, _incoming) = Connection::client(conn_io);
     let _guard = GoawayOnDrop(conn.clone());
     let open = |kind: &'static str| {
@@ -149,7 +161,7 @@ pub async fn exec(url: &str, protocols: &[&str], io: ExecIo) -> Result<Outcome> 
     }
     let (o, e, payload) = tokio::join!(copy_stream(stdout), copy_stream(stderr), async {
         let mut v = Vec::new();
-        error.read_to_end(&mut v).await.map(|_| v)
+        until_reset(error.read_to_end(&mut v).await).map(|_| v)
     });
     for t in tasks {
         t.abort();
@@ -159,6 +171,14 @@ pub async fn exec(url: &str, protocols: &[&str], io: ExecIo) -> Result<Outcome> 
     e?;
     let payload = payload.map_err(|e| Error::unavailable(format!("error stream: {e}")))?;
     Ok(status::parse(&payload, version.json_status()))
+}
+
+/// A stream reset by the peer counts as its end: everything that came before it was read.
+fn until_reset<N: Default>(r: std::io::Result<N>) -> std::io::Result<N> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(N::default()),
+        r => r,
+    }
 }
 
 /// Ends the session when the exec is dropped midway (the caller gave up).
@@ -176,7 +196,7 @@ impl Drop for GoawayOnDrop {
 async fn copy_stream<W: AsyncWrite + Unpin>(s: Option<(Stream, W)>) -> Result<()> {
     if let Some((mut from, mut to)) = s {
         let mut from = BufReader::with_capacity(64 << 10, &mut from);
-        tokio::io::copy_buf(&mut from, &mut to).await?;
+        until_reset(tokio::io::copy_buf(&mut from, &mut to).await)?;
         to.flush().await?;
     }
     Ok(())
@@ -267,3 +287,7 @@ impl PortForwarder {
         self.conn.goaway().await;
     }
 }
+
+#[cfg(test)]
+#[path = "spdy_tests.rs"]
+mod tests;
