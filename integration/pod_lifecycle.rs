@@ -34,6 +34,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             crash_loop,
         ),
         trial(
+            "pod::lifecycle::back_off_resets_after_a_quiet_run_and_sidecars_always_restart",
+            NEEDS,
+            backoff_reset_and_sidecar_restart,
+        ),
+        trial(
             "pod::lifecycle::failed_init_container_with_never_fails_the_pod",
             NEEDS,
             failed_init,
@@ -482,6 +487,78 @@ spec:
     let events = pods::events(&d, "crash")?;
     ensure!(events.contains("BackOff"), "no BackOff event:\n{events}");
     pods::delete_and_check(&d, "crash")
+}
+
+/// With a 4 s cap the back-off is forgotten after 8 s without a restart (twice the cap, the
+/// kubelet's rule; 10 min with its default cap): a container that crashed three times, then
+/// ran 10 s, is restarted after the initial 1 s, not the capped 4 s. In the same pod
+/// (restartPolicy OnFailure) a sidecar that exits 0 is restarted all the same.
+fn backoff_reset_and_sidecar_restart() -> Result<()> {
+    let d = pods::daemon(4, "")?;
+    let m = d.dir().join("markers");
+    std::fs::create_dir_all(&m)?;
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: quiet}}
+spec:
+  restartPolicy: OnFailure
+  terminationGracePeriodSeconds: 1
+  initContainers:
+  - name: side
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: [sh, -c, "sleep 1; exit 0"]
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c, "{script}"]
+    volumeMounts: [{{name: m, mountPath: /m}}]
+  volumes:
+  - {{name: m, hostPath: {{path: {m:?}, type: Directory}}}}
+"#,
+        // Start n writes "start<n> <uptime>"; the 4th run lasts 10 s; every run exits 1.
+        script = "n=$(cat /m/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /m/n; \
+                  read up rest < /proc/uptime; echo start$n $up >> /m/log; \
+                  if [ $n -eq 4 ]; then sleep 10; fi; exit 1",
+    );
+    pods::apply(&d, &yaml)?;
+    let log = m.join("log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pods::marker(&log, "start6").is_err() {
+        ensure!(
+            Instant::now() < deadline,
+            "six starts not reached in 60 s:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let t = |n: u32| pods::marker(&log, &format!("start{n}"));
+    let gaps = [
+        t(2)? - t(1)?,
+        t(3)? - t(2)?,
+        t(4)? - t(3)?,
+        t(5)? - t(4)? - 10.0,
+        t(6)? - t(5)?,
+    ];
+    println!("back-off before starts 2..6 (s, the 10 s run taken out of the 4th): {gaps:.2?}");
+    let within = |g: f64, want: f64| g > want - 0.8 && g < want + 1.5;
+    ensure!(within(gaps[2], 4.0), "capped back-off {gaps:.2?}");
+    ensure!(
+        within(gaps[3], 1.0),
+        "after a 10 s run (> 2 × 4 s cap) the back-off starts over at 1 s: {gaps:.2?}"
+    );
+    ensure!(within(gaps[4], 2.0), "then grows again: {gaps:.2?}");
+    let p = pods::get(&d, "quiet")?.context("pod")?;
+    let side = pods::restarts(&p, "side");
+    ensure!(
+        side >= 2,
+        "the sidecar (exit 0 every second) restarted {side} times under restartPolicy OnFailure"
+    );
+    pods::delete_and_check(&d, "quiet")?;
+    cri::assert_clean(&d)
 }
 
 /// An init container failing with restartPolicy Never makes the pod Failed; app containers
