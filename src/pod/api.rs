@@ -107,6 +107,24 @@ pub struct ProbeReport {
     pub at_ns: i64,
 }
 
+impl ProbeReport {
+    pub fn new(
+        container: &str,
+        kind: crate::pod::probe_result::ProbeKind,
+        result: crate::pod::probe_result::Result,
+        message: String,
+        at_ns: i64,
+    ) -> ProbeReport {
+        ProbeReport {
+            container: container.to_string(),
+            probe: kind.as_str().to_string(),
+            result: result.as_str().to_string(),
+            message,
+            at_ns,
+        }
+    }
+}
+
 /// Where a container's CRI log files are (for `bosun pod logs [--previous]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogRef {

@@ -269,13 +269,7 @@ impl Worker {
         let kind = u.kind.as_str();
         self.probe_reports.insert(
             (u.container.clone(), kind.to_string()),
-            ProbeReport {
-                container: u.container.clone(),
-                probe: kind.to_string(),
-                result: u.result.as_str().to_string(),
-                message: u.message.clone(),
-                at_ns: u.at_ns,
-            },
+            ProbeReport::new(&u.container, u.kind, u.result, u.message.clone(), u.at_ns),
         );
         let object = self.cs[i].object();
         if !u.message.is_empty() {

@@ -81,16 +81,9 @@ impl Worker {
                 if reports.get(&key).is_some_and(|r| r.at_ns >= slot.at_ns) {
                     continue;
                 }
-                reports.insert(
-                    key,
-                    ProbeReport {
-                        container: c.name().to_string(),
-                        probe: kind.as_str().to_string(),
-                        result: slot.result.as_str().to_string(),
-                        message: String::new(),
-                        at_ns: slot.at_ns,
-                    },
-                );
+                let report =
+                    ProbeReport::new(c.name(), kind, slot.result, String::new(), slot.at_ns);
+                reports.insert(key, report);
             }
         }
         // Keyed by (container, probe): already in that order.
