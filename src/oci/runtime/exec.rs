@@ -1,17 +1,17 @@
 //! `runc exec` for ExecSync: capped output, a deadline that kills and reaps the process.
 //!
-//! runc runs in its own process group with `--pid-file`. The exec'd process leads a session
-//! and group of its own (runc's nsexec calls `setsid`), so on timeout its group (it and its
-//! children), the process itself and runc's group all get SIGKILL; runc then reaps the
-//! process and we reap runc. runc's own failures go to a per-exec log
-//! file, kept apart from the process's stderr.
+//! runc runs in its own process group with `--pid-file`. On timeout (or when the caller
+//! abandons the exec) [`ExecKiller`] kills the exec'd process's group, the process and runc's
+//! group; runc then reaps the process and we reap runc. runc's own failures go to a per-exec
+//! log file, kept apart from the process's stderr.
 
-use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::exec_kill::{ExecKiller, TmpDir};
 use crate::error::{Error, ErrorKind, Result};
 use crate::oci::runc::{json_error, kind_of, ExecOutput, Runc};
 use crate::sys::CommandExt;
@@ -19,15 +19,6 @@ use crate::sys::CommandExt;
 /// How long output may keep flowing after the process ended (a descendant that escaped the
 /// kill could hold the pipes open forever).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
-
-/// A temporary directory removed on drop.
-pub(crate) struct TmpDir(pub(crate) PathBuf);
-
-impl Drop for TmpDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Reads `r` to EOF keeping at most `cap` bytes in `out`; the rest is read and dropped so the
 /// writer never blocks.
@@ -54,49 +45,21 @@ pub(crate) fn code_of(status: ExitStatus) -> i32 {
         .unwrap_or(255)
 }
 
-pub(crate) fn kill(pid: i32, group: bool) {
-    let Some(p) = rustix::process::Pid::from_raw(pid) else {
-        return;
-    };
-    let sig = rustix::process::Signal::KILL;
-    let _ = if group {
-        rustix::process::kill_process_group(p, sig)
-    } else {
-        rustix::process::kill_process(p, sig)
-    };
-}
+/// Kills the exec when dropped armed: the caller abandoned the exec future.
+struct Abandoned(Option<ExecKiller>);
 
-/// Kills the exec'd process (by its pid file) and runc's process group when dropped armed:
-/// on timeout, and when the caller abandons the exec future.
-struct Killer<'a> {
-    pid_file: &'a Path,
-    group: Option<i32>,
-    armed: bool,
-}
-
-impl Killer<'_> {
-    fn fire(&self) {
-        if let Some(pid) = read_pid(self.pid_file) {
-            // runc's nsexec makes the exec'd process a session (and group) leader.
-            kill(pid, true);
-            kill(pid, false);
-        }
-        if let Some(pgid) = self.group {
-            kill(pgid, true);
+impl Abandoned {
+    fn kill(&self) {
+        if let Some(k) = &self.0 {
+            k.kill();
         }
     }
 }
 
-impl Drop for Killer<'_> {
+impl Drop for Abandoned {
     fn drop(&mut self) {
-        if self.armed {
-            self.fire();
-        }
+        self.kill();
     }
-}
-
-pub(crate) fn read_pid(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// Runs `process` in container `id` (see [`crate::oci::OciRuntime::exec`]).
@@ -111,7 +74,9 @@ pub(crate) async fn run(
         Error::new(kind, format!("container {id}: runc exec: {msg}"))
     };
     let suffix: u64 = rand::random();
-    let tmp = TmpDir(runc.tmp_dir.join(format!("bosun-exec-{id}-{suffix:016x}")));
+    let tmp = Arc::new(TmpDir(
+        runc.tmp_dir.join(format!("bosun-exec-{id}-{suffix:016x}")),
+    ));
     std::fs::create_dir_all(&tmp.0).map_err(|e| {
         fail(
             ErrorKind::Internal,
@@ -137,20 +102,15 @@ pub(crate) async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .new_process_group();
-    let mut child = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            fail(
-                ErrorKind::Internal,
-                format!("spawn {}: {e}", runc.binary.display()),
-            )
-        })?;
-    let mut killer = Killer {
-        pid_file: &pid_file,
-        group: child.id().and_then(|p| i32::try_from(p).ok()),
-        armed: true,
-    };
+    // No kill_on_drop: runc must outlive an abandoned exec until its process is named and
+    // killed (see [`ExecKiller`]), which then kills runc too.
+    let mut child = tokio::process::Command::from(cmd).spawn().map_err(|e| {
+        fail(
+            ErrorKind::Internal,
+            format!("spawn {}: {e}", runc.binary.display()),
+        )
+    })?;
+    let mut killer = Abandoned(Some(ExecKiller::new(tmp.clone(), pid_file, &child)));
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut readers = Box::pin(async {
@@ -175,13 +135,13 @@ pub(crate) async fn run(
             _ = &mut readers, if !drained => drained = true,
             () = &mut expired, if !timed_out => {
                 timed_out = true;
-                killer.fire();
+                killer.kill();
             }
         }
     };
     let status = status.map_err(|e| fail(ErrorKind::Internal, format!("wait: {e}")))?;
     // runc is reaped: its pid (the group id) may be reused from now on.
-    killer.armed = false;
+    killer.0 = None;
     if !drained {
         let _ = tokio::time::timeout(DRAIN_GRACE, &mut readers).await;
     }

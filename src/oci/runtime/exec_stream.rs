@@ -17,13 +17,13 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use rustix::event::{PollFd, PollFlags};
-
 use rustix::fs::OFlags;
 use rustix::pipe::{pipe_with, PipeFlags};
 use rustix::termios::Winsize;
 
-use super::exec::{code_of, kill, read_pid, TmpDir};
+use super::exec::code_of;
+pub use super::exec_kill::ExecKiller;
+use super::exec_kill::TmpDir;
 use crate::error::{Error, ErrorKind, Result};
 use crate::oci::runc::{json_error, kind_of, Runc};
 use crate::sys::CommandExt;
@@ -57,61 +57,6 @@ pub struct ExecProcess {
     kill: ExecKiller,
     log: PathBuf,
     reaped: bool,
-    _tmp: TmpDir,
-}
-
-/// Kills a streaming exec from anywhere (the container stopped, the session was dropped).
-///
-/// Pids are only signalled while runc runs: until then the exec'd process is alive or runc's
-/// unreaped zombie, so its pid (and runc's group id) cannot belong to anyone else. runc is
-/// watched through a pidfd taken while it was our unreaped child.
-#[derive(Debug, Clone)]
-pub struct ExecKiller {
-    pid_file: PathBuf,
-    runc_pid: Option<i32>,
-    runc: Option<Arc<OwnedFd>>,
-}
-
-impl ExecKiller {
-    /// Whether runc still runs (without a pidfd: assumed, as for ExecSync).
-    fn runc_running(&self) -> bool {
-        let Some(fd) = &self.runc else {
-            return true;
-        };
-        let mut fds = [PollFd::new(&**fd, PollFlags::IN)];
-        let zero = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(0))
-    }
-
-    /// SIGKILL to the exec'd process's group (runc's nsexec makes it a session leader), the
-    /// process itself, and runc's group, while runc runs; nothing once it has exited.
-    pub fn kill(&self) {
-        if !self.runc_running() {
-            return;
-        }
-        if let Some(pid) = read_pid(&self.pid_file) {
-            kill(pid, true);
-            kill(pid, false);
-        }
-        if let Some(pgid) = self.runc_pid {
-            kill(pgid, true);
-        }
-    }
-
-    /// Tells runc the terminal's size changed (it copies it to the container's terminal).
-    pub fn winch(&self) {
-        if let Some(fd) = &self.runc {
-            let _ = rustix::process::pidfd_send_signal(&**fd, rustix::process::Signal::WINCH);
-        }
-    }
-
-    /// The exec'd process's host pid, once runc wrote it.
-    pub fn pid(&self) -> Option<i32> {
-        read_pid(&self.pid_file)
-    }
 }
 
 impl ExecProcess {
@@ -206,7 +151,9 @@ pub(crate) async fn start(
         )
     };
     let suffix: u64 = rand::random();
-    let tmp = TmpDir(runc.tmp_dir.join(format!("bosun-exec-{id}-{suffix:016x}")));
+    let tmp = Arc::new(TmpDir(
+        runc.tmp_dir.join(format!("bosun-exec-{id}-{suffix:016x}")),
+    ));
     std::fs::create_dir_all(&tmp.0)
         .map_err(|e| fail(format!("create {}: {e}", tmp.0.display())))?;
     let (spec, pid_file, log) = (
@@ -263,24 +210,16 @@ pub(crate) async fn start(
             Stdio::null()
         });
     }
+    // No kill_on_drop: runc must outlive a dropped exec until its process is named and
+    // killed (see [`ExecKiller`]), which then kills runc too.
     let mut tokio_cmd = tokio::process::Command::from(cmd);
-    tokio_cmd.kill_on_drop(true);
     let child = tokio_cmd
         .spawn()
         .map_err(|e| fail(format!("spawn {}: {e}", runc.binary.display())))?;
     // Dropping the command closed our copies of runc's ends: EOF reaches us when runc (or the
     // process) is done with them.
     drop(tokio_cmd);
-    let runc_pid = child.id().and_then(|p| i32::try_from(p).ok());
-    let runc_fd = runc_pid
-        .and_then(rustix::process::Pid::from_raw)
-        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
-        .map(Arc::new);
-    let kill = ExecKiller {
-        pid_file,
-        runc_pid,
-        runc: runc_fd,
-    };
+    let kill = ExecKiller::new(tmp, pid_file, &child);
     Ok(ExecProcess {
         stdin,
         stdout,
@@ -291,13 +230,13 @@ pub(crate) async fn start(
         kill,
         log,
         reaped: false,
-        _tmp: tmp,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::event::{PollFd, PollFlags};
     use std::os::unix::fs::PermissionsExt;
 
     /// A stand-in runc: records its pid as the exec'd process's, then runs `body`.

@@ -2,6 +2,7 @@
 //! and the monitor launcher trait with its fake.
 
 pub(crate) mod exec;
+pub(crate) mod exec_kill;
 pub mod exec_stream;
 pub mod fake;
 pub mod fifo;

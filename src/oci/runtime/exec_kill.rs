@@ -1,0 +1,251 @@
+//! Killing a `runc exec` at any moment, including before its process has started.
+//!
+//! runc's nsexec makes the exec'd process a session (and group) leader, out of runc's group,
+//! and runc names it only in `--pid-file`, written once the process runs. Killing runc's group
+//! before that would leave the process running (reparented to runc's subreaper or init). So
+//! a kill that finds no pid file while runc runs waits for it on a thread of its own, then
+//! kills the process's group, the process and runc's group, in that order.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+
+/// How long a kill waits for runc to name a process it is still starting.
+const START_WAIT: Duration = Duration::from_secs(10);
+/// How often it looks at the pid file meanwhile.
+const START_POLL: Duration = Duration::from_millis(5);
+
+/// A temporary directory removed on drop.
+pub(crate) struct TmpDir(pub(crate) PathBuf);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// SIGKILL to `pid`, or to the process group `pid` when `group`.
+pub(crate) fn kill(pid: i32, group: bool) {
+    let Some(p) = rustix::process::Pid::from_raw(pid) else {
+        return;
+    };
+    let sig = rustix::process::Signal::KILL;
+    let _ = if group {
+        rustix::process::kill_process_group(p, sig)
+    } else {
+        rustix::process::kill_process(p, sig)
+    };
+}
+
+/// The pid runc wrote to `path`, if it did.
+pub(crate) fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Kills a `runc exec` from anywhere (a timeout, the container stopped, the caller went away).
+///
+/// Pids are only signalled while runc runs: until then the exec'd process is alive or runc's
+/// unreaped zombie, so its pid (and runc's group id) cannot belong to anyone else. runc is
+/// watched through a pidfd taken while it was our unreaped child. The killer keeps the exec's
+/// temporary directory (and so the pid file) alive as long as a clone of it exists.
+#[derive(Clone)]
+pub struct ExecKiller {
+    /// Holds the pid file (and runc's log) until the last clone is gone.
+    _tmp: Arc<TmpDir>,
+    pid_file: PathBuf,
+    runc_pid: Option<i32>,
+    runc: Option<Arc<OwnedFd>>,
+}
+
+impl std::fmt::Debug for ExecKiller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecKiller")
+            .field("pid_file", &self.pid_file)
+            .field("runc_pid", &self.runc_pid)
+            .finish()
+    }
+}
+
+impl ExecKiller {
+    /// The killer of the runc `child` just spawned with `--pid-file pid_file` (inside `tmp`).
+    pub(crate) fn new(tmp: Arc<TmpDir>, pid_file: PathBuf, child: &tokio::process::Child) -> Self {
+        let runc_pid = child.id().and_then(|p| i32::try_from(p).ok());
+        let runc = runc_pid
+            .and_then(rustix::process::Pid::from_raw)
+            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+            .map(Arc::new);
+        ExecKiller {
+            _tmp: tmp,
+            pid_file,
+            runc_pid,
+            runc,
+        }
+    }
+
+    /// Whether runc still runs (without a pidfd: assumed).
+    pub(crate) fn runc_running(&self) -> bool {
+        let Some(fd) = &self.runc else {
+            return true;
+        };
+        let mut fds = [PollFd::new(&**fd, PollFlags::IN)];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(0))
+    }
+
+    /// SIGKILL to the exec'd process's group, the process itself and runc's group, while
+    /// runc runs; nothing once it has exited. Never blocks: when runc has not named the
+    /// process yet, a thread waits for it (at most [`START_WAIT`]) and kills then.
+    pub fn kill(&self) {
+        if !self.runc_running() {
+            return;
+        }
+        if let Some(pid) = self.pid() {
+            self.kill_all(Some(pid));
+            return;
+        }
+        let this = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("bosun-exec-kill".into())
+            .spawn(move || this.kill_once_started());
+        if spawned.is_err() {
+            // No thread to wait on: runc's group at least.
+            self.kill_all(None);
+        }
+    }
+
+    /// Waits until runc names the process or exits (bounded), then kills.
+    fn kill_once_started(&self) {
+        let until = Instant::now() + START_WAIT;
+        let mut pid = self.pid();
+        while pid.is_none() && Instant::now() < until {
+            if !self.runc_running() {
+                return;
+            }
+            std::thread::sleep(START_POLL);
+            pid = self.pid();
+        }
+        if self.runc_running() {
+            self.kill_all(pid);
+        }
+    }
+
+    fn kill_all(&self, pid: Option<i32>) {
+        if let Some(pid) = pid {
+            kill(pid, true);
+            kill(pid, false);
+        }
+        if let Some(pgid) = self.runc_pid {
+            kill(pgid, true);
+        }
+    }
+
+    /// Tells runc the terminal's size changed (it copies it to the container's terminal).
+    pub fn winch(&self) {
+        if let Some(fd) = &self.runc {
+            let _ = rustix::process::pidfd_send_signal(&**fd, rustix::process::Signal::WINCH);
+        }
+    }
+
+    /// The exec'd process's host pid, once runc wrote it.
+    pub fn pid(&self) -> Option<i32> {
+        read_pid(&self.pid_file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use crate::oci::runc::Runc;
+
+    /// A stand-in runc that starts its "exec'd process" in a session of its own (as nsexec
+    /// does), tells the test its pid at once, and names it in the pid file only after 300 ms.
+    fn slow_runc(dir: &Path) -> Runc {
+        let script = dir.join("runc");
+        let body = format!(
+            "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --pid-file ] && pf=$2; shift; done\n\
+             setsid sleep 1000 &\nchild=$!\necho $child > {side}.tmp && mv {side}.tmp {side}\n\
+             sleep 0.3\necho $child > \"$pf.tmp\" && mv \"$pf.tmp\" \"$pf\"\nwait\n",
+            side = dir.join("side").display()
+        );
+        std::fs::write(&script, body).expect("write");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut runc = Runc::new(&script, dir.join("root"));
+        runc.tmp_dir = dir.join("tmp");
+        runc
+    }
+
+    /// The "exec'd process" as a pidfd, once the stand-in told its pid.
+    async fn exec_process(dir: &Path) -> std::os::fd::OwnedFd {
+        for _ in 0..500 {
+            if let Some(pid) = super::read_pid(&dir.join("side")) {
+                let pid = rustix::process::Pid::from_raw(pid).expect("pid");
+                return rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+                    .expect("pidfd");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the stand-in runc never started its process");
+    }
+
+    fn exits_within(fd: &std::os::fd::OwnedFd, secs: i64) -> bool {
+        use rustix::event::{PollFd, PollFlags};
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        let t = rustix::event::Timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&t)).expect("poll") == 1
+    }
+
+    async fn tmp_emptied(dir: &Path) -> bool {
+        for _ in 0..200 {
+            if std::fs::read_dir(dir.join("tmp")).map_or(0, |d| d.count()) == 0 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn a_stream_exec_dropped_before_runc_names_its_process_still_kills_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runc = slow_runc(dir.path());
+        let p = super::super::exec_stream::start(
+            &runc,
+            "c1",
+            &oci_spec::runtime::Process::default(),
+            super::super::ExecStdio::default(),
+            None,
+        )
+        .await
+        .expect("start");
+        let process = exec_process(dir.path()).await;
+        assert!(p.killer().pid().is_none(), "dropped before the pid file");
+        drop(p);
+        assert!(exits_within(&process, 5), "the exec'd process was killed");
+        assert!(tmp_emptied(dir.path()).await, "temporary files removed");
+    }
+
+    #[tokio::test]
+    async fn an_exec_sync_that_times_out_before_runc_names_its_process_still_kills_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runc = slow_runc(dir.path());
+        let process = oci_spec::runtime::Process::default();
+        let run =
+            super::super::exec::run(&runc, "c1", &process, Some(Duration::from_millis(20)), 1024);
+        let (out, pidfd) = tokio::join!(run, exec_process(dir.path()));
+        assert!(out.expect("exec").timed_out);
+        assert!(exits_within(&pidfd, 5), "the exec'd process was killed");
+        assert!(tmp_emptied(dir.path()).await, "temporary files removed");
+    }
+}
