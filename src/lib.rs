@@ -19,6 +19,8 @@ pub mod sandbox;
 pub mod store;
 pub mod stream;
 pub mod sys;
+#[cfg(test)]
+pub(crate) mod testutil;
 pub mod version;
 
 pub use error::{Error, ErrorKind, Result};

@@ -1,7 +1,6 @@
 //! Tests of [`Cni`] with recording shell-script plugins: conf dir choice and reload, chaining,
 //! DEL order and exactly-once, capabilities, readiness, the pod CIDR.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -32,8 +31,7 @@ impl Env {
         std::fs::create_dir_all(dir.path().join("net.d")).expect("net.d");
         for p in plugins {
             let path = dir.path().join("bin").join(p);
-            std::fs::write(&path, RECORDER).expect("write");
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            crate::testutil::script(&path, RECORDER);
         }
         Env { dir }
     }
@@ -222,12 +220,10 @@ async fn a_missing_plugin_makes_the_network_not_ready_naming_it() {
 async fn a_failing_plugin_fails_attach_and_detach_undoes_what_ran() {
     let env = Env::new(&["bridge"]);
     let fail = env.dir.path().join("bin/fail");
-    std::fs::write(
+    crate::testutil::script(
         &fail,
         "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"code\":11,\"msg\":\"no more addresses\"}'; exit 1; fi\n",
-    )
-    .expect("write");
-    std::fs::set_permissions(&fail, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    );
     env.write_conf(
         "10-f.conflist",
         r#"{"cniVersion":"1.0.0","name":"f","plugins":[{"type":"bridge"},{"type":"fail"}]}"#,
@@ -249,8 +245,7 @@ async fn a_failing_plugin_fails_attach_and_detach_undoes_what_ran() {
 async fn a_slow_plugin_times_out_without_blocking_other_calls() {
     let env = Env::new(&["bridge"]);
     let slow = env.dir.path().join("bin/slow");
-    std::fs::write(&slow, "#!/bin/sh\ncat >/dev/null\nexec sleep 30\n").expect("write");
-    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    crate::testutil::script(&slow, "#!/bin/sh\ncat >/dev/null\nexec sleep 30\n");
     env.write_conf(
         "10-s.conflist",
         r#"{"cniVersion":"1.0.0","name":"s","plugins":[{"type":"slow"}]}"#,

@@ -236,10 +236,8 @@ mod tests {
     }
 
     fn script(dir: &Path, body: &str) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
         let p = dir.join("plugin");
-        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        crate::testutil::script(&p, &format!("#!/bin/sh\n{body}\n"));
         p
     }
 

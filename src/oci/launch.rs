@@ -305,7 +305,6 @@ pub fn read_exit(path: &Path) -> ContainerExit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     /// The launcher renders the command line the monitor parses: the two must never drift.
     #[test]
@@ -341,8 +340,7 @@ mod tests {
     /// A stand-in for `bosun` running `body` as a shell script.
     fn program(dir: &Path, body: &str) -> MonitorArgs {
         let path = dir.join("fake-bosun");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        crate::testutil::script(&path, &format!("#!/bin/sh\n{body}\n"));
         let mut args = MonitorArgs::new("c1", "/b", "runc", "/r", "/l", dir.join("exit"));
         args.program = Some(path);
         args.timeout = Duration::from_secs(5);

@@ -316,13 +316,10 @@ mod tests {
         // A fake "runc" that prints a JSON error and fails.
         let dir = tempfile::tempdir().expect("tempdir");
         let script = dir.path().join("runc");
-        std::fs::write(
+        crate::testutil::script(
             &script,
             "#!/bin/sh\necho '{\"level\":\"error\",\"msg\":\"container does not exist\"}' >&2\nexit 1\n",
-        )
-        .expect("write");
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
+        );
         let runc = Runc::new(&script, dir.path());
         let e = runc.kill("c1", 9, true).await.expect_err("kill fails");
         assert_eq!(
@@ -338,16 +335,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let script = dir.path().join("runc");
         let seen = dir.path().join("seen");
-        std::fs::write(
+        crate::testutil::script(
             &script,
-            format!(
+            &format!(
                 "#!/bin/sh\necho \"$@\" >> {seen}\ncase \"$5\" in\n state) echo '{{\"id\":\"c1\",\"pid\":42,\"status\":\"running\",\"bundle\":\"/b\"}}';;\n update) cat >> {seen};;\nesac\n",
                 seen = seen.display()
             ),
-        )
-        .expect("write");
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
+        );
         let runc = Runc::new(&script, "/r");
         let state = runc.state("c1").await.expect("state");
         let want = State {

@@ -160,7 +160,6 @@ impl ExecKiller {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
     use std::time::Duration;
 
@@ -176,8 +175,7 @@ mod tests {
              sleep 0.3\necho $child > \"$pf.tmp\" && mv \"$pf.tmp\" \"$pf\"\nwait\n",
             side = dir.join("side").display()
         );
-        std::fs::write(&script, body).expect("write");
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        crate::testutil::script(&script, &body);
         let mut runc = Runc::new(&script, dir.join("root"));
         runc.tmp_dir = dir.join("tmp");
         runc
@@ -196,14 +194,21 @@ mod tests {
         panic!("the stand-in runc never started its process");
     }
 
-    fn exits_within(fd: &std::os::fd::OwnedFd, secs: i64) -> bool {
+    fn exits_within(fd: &std::os::fd::OwnedFd, secs: u64) -> bool {
         use rustix::event::{PollFd, PollFlags};
-        let mut fds = [PollFd::new(fd, PollFlags::IN)];
-        let t = rustix::event::Timespec {
-            tv_sec: secs,
-            tv_nsec: 0,
-        };
-        rustix::event::poll(&mut fds, Some(&t)).expect("poll") == 1
+        let until = std::time::Instant::now() + Duration::from_secs(secs);
+        // Retried on EINTR: the runtime's SIGCHLD handler interrupts the poll.
+        while std::time::Instant::now() < until {
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            let t = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 10_000_000,
+            };
+            if let Ok(1) = rustix::event::poll(&mut fds, Some(&t)) {
+                return true;
+            }
+        }
+        false
     }
 
     async fn tmp_emptied(dir: &Path) -> bool {

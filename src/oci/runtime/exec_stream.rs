@@ -237,19 +237,16 @@ pub(crate) async fn start(
 mod tests {
     use super::*;
     use rustix::event::{PollFd, PollFlags};
-    use std::os::unix::fs::PermissionsExt;
 
     /// A stand-in runc: records its pid as the exec'd process's, then runs `body`.
     fn fake_runc(dir: &std::path::Path, body: &str) -> Runc {
         let script = dir.join("runc");
-        std::fs::write(
+        crate::testutil::script(
             &script,
-            format!(
+            &format!(
                 "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --pid-file ] && pf=$2; shift; done\necho $$ > \"$pf\"\n{body}\n"
             ),
-        )
-        .expect("write");
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        );
         let mut runc = Runc::new(&script, dir.join("root"));
         runc.tmp_dir = dir.join("tmp");
         runc
