@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use bosun::runtime::{SessionEnd, StreamRequest, TerminalSize};
 use bosun::ErrorKind;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::support::cri::{processes_with_argv, NEEDS};
 use crate::support::inproc::InProc;
@@ -248,6 +248,26 @@ async fn read_until(
     Ok(())
 }
 
+/// Runs `stty size` in the terminal's shell until it reports `want` ("rows cols"), for at most
+/// 10 s. A resize reaches the container's terminal asynchronously (runc copies it on
+/// SIGWINCH, as under containerd), so the first `stty size` may still see the old size.
+async fn until_size(
+    stdin: &mut (dyn AsyncWrite + Send + Unpin),
+    stdout: &mut (dyn AsyncRead + Send + Unpin),
+    seen: &mut Vec<u8>,
+    want: &str,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        stdin.write_all(b"stty size\n").await?;
+        match read_until(stdout, seen, want, 1).await {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => {}
+        }
+    }
+}
+
 /// Reads once more from `r` into `seen` (at most 5 s).
 async fn read_more(r: &mut (dyn AsyncRead + Send + Unpin), seen: &mut Vec<u8>) -> Result<()> {
     let mut buf = [0u8; 4096];
@@ -278,20 +298,14 @@ fn exec_tty() -> Result<()> {
                 height: 45,
             })?;
             let mut seen = Vec::new();
-            stdin.write_all(b"tty; stty size\n").await?;
-            read_until(&mut stdout, &mut seen, "45 123", 10).await?;
-            ensure!(
-                String::from_utf8_lossy(&seen).contains("/dev/pts/"),
-                "no terminal: {:?}",
-                String::from_utf8_lossy(&seen)
-            );
+            stdin.write_all(b"tty\n").await?;
+            read_until(&mut stdout, &mut seen, "/dev/pts/", 10).await?;
+            until_size(&mut stdin, &mut stdout, &mut seen, "45 123").await?;
             resize.send(TerminalSize {
                 width: 90,
                 height: 20,
             })?;
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            stdin.write_all(b"stty size\n").await?;
-            read_until(&mut stdout, &mut seen, "20 90", 10).await?;
+            until_size(&mut stdin, &mut stdout, &mut seen, "20 90").await?;
             stdin.write_all(b"exit 7\n").await?;
             let reader = tokio::spawn(async move { read_all(Some(stdout)).await });
             ensure!(
