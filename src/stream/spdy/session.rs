@@ -23,11 +23,13 @@
 //!   it receives (and SETTINGS), writes each `Write` call as one DATA frame of any size up to
 //!   2^24-1 regardless of windows, and gets backpressure only from TCP (its frame handlers block
 //!   until the stream's reader takes the data). Honouring the 64 KiB SPDY/3.1 window would
-//!   therefore stall after 64 KiB, so this side never waits for the peer's window. It does send
-//!   WINDOW_UPDATE (stream and session level) for the bytes the application consumes, which
-//!   spdystream ignores harmlessly and a strict SPDY/3.1 peer needs. Our backpressure is the
-//!   same as spdystream's: a bounded per-stream receive buffer; when it is full the reader
-//!   stops reading the connection (head-of-line blocking) until the application reads.
+//!   therefore stall after 64 KiB, so this side never waits for the peer's window, and it sends
+//!   no WINDOW_UPDATE either, like spdystream. Sending them is not harmless: a spdystream
+//!   server (containerd, CRI-O) that closes its socket while some are still unread makes its
+//!   kernel answer with RST and throw away the output it had not yet sent (a 256 MiB exec from
+//!   containerd lost its last ~3.9 MiB that way). Our backpressure is the same as
+//!   spdystream's: a bounded per-stream receive buffer; when it is full the reader stops
+//!   reading the connection (head-of-line blocking) until the application reads.
 //! - DATA with FLAG_FIN (often empty, from `Stream.Close`) half-closes; RST_STREAM CANCEL from
 //!   `Stream.Reset`; apimachinery's `connection.Close` resets every stream, then closes the TCP
 //!   connection. `spdystream.Close` sends GOAWAY (status OK, last good = last peer stream id) and
@@ -59,8 +61,6 @@ pub(super) const OUT_CAP: usize = 256 * 1024;
 pub(super) const MAX_WRITE_CHUNK: usize = 64 * 1024;
 /// Payload read from the connection per step while receiving a DATA frame.
 const READ_CHUNK: usize = 64 * 1024;
-/// Consumed bytes after which a WINDOW_UPDATE is sent.
-const WINDOW_ACK: usize = 32 * 1024;
 /// Control frames the reader may queue (PING echoes, RSTs) before it waits for the writer.
 const CTRL_CAP: usize = 256;
 /// Peer streams waiting for `Incoming::accept`.
@@ -128,7 +128,6 @@ pub(super) struct StreamState {
     pub(super) reply: Option<oneshot::Sender<io::Result<()>>>,
     pub(super) read_waker: Option<Waker>,
     pub(super) cap_waker: Option<Waker>,
-    pub(super) unacked: usize,
 }
 
 impl StreamState {
@@ -147,7 +146,6 @@ impl StreamState {
             reply,
             read_waker: None,
             cap_waker: None,
-            unacked: 0,
         }
     }
 
@@ -171,39 +169,6 @@ pub(super) struct State {
     next_ping: u32,
     pings: HashMap<u32, oneshot::Sender<()>>,
     goaway_received: bool,
-    session_unacked: usize,
-}
-
-impl State {
-    /// Counts consumed (or discarded) bytes toward a session-level WINDOW_UPDATE.
-    pub(super) fn ack_session(&mut self, n: usize) {
-        self.session_unacked += n;
-        if self.session_unacked >= WINDOW_ACK {
-            let delta = self.session_unacked as u32;
-            self.session_unacked = 0;
-            self.out.push(Frame::WindowUpdate {
-                stream_id: 0,
-                delta,
-            });
-        }
-    }
-
-    /// Counts bytes the application consumed on `id` toward a stream WINDOW_UPDATE.
-    pub(super) fn ack_stream(&mut self, id: u32, n: usize) {
-        let Some(s) = self.streams.get_mut(&id) else {
-            return;
-        };
-        s.unacked += n;
-        if s.unacked >= WINDOW_ACK && !s.remote_fin && s.reset.is_none() {
-            let delta = s.unacked as u32;
-            s.unacked = 0;
-            self.out.push(Frame::WindowUpdate {
-                stream_id: id,
-                delta,
-            });
-        }
-        self.ack_session(n);
-    }
 }
 
 /// A counted reference held by every `Connection`, `Incoming` and `Stream`: when the last one
@@ -258,7 +223,6 @@ impl Shared {
                 next_ping: if server { 2 } else { 1 },
                 pings: HashMap::new(),
                 goaway_received: false,
-                session_unacked: 0,
             }),
             server,
             users: AtomicUsize::new(0),
@@ -496,17 +460,16 @@ impl Shared {
 
     fn deliver(&self, id: u32, data: Vec<u8>, wanted: bool, fin: bool) {
         let mut st = lock(&self.state);
-        let n = data.len();
-        match st.streams.get_mut(&id) {
-            Some(s) if wanted && s.reset.is_none() && !s.remote_fin => {
+        // Data for a stream that is gone, reset or already finished is dropped.
+        if let Some(s) = st.streams.get_mut(&id) {
+            if wanted && s.reset.is_none() && !s.remote_fin {
                 if !data.is_empty() {
-                    s.recv_bytes += n;
+                    s.recv_bytes += data.len();
                     s.recv.push_back(data);
                 }
                 s.remote_fin |= fin;
                 s.wake();
             }
-            _ => st.ack_session(n),
         }
     }
 

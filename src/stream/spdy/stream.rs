@@ -90,10 +90,8 @@ impl Drop for Stream {
                 status: rst::CANCEL,
             });
         }
-        // Unread bytes still count for the session window; wake a reader waiting for room.
-        let unread = s.recv_bytes;
+        // Wake a reader waiting for room.
         s.wake();
-        st.ack_session(unread);
     }
 }
 
@@ -125,7 +123,6 @@ impl AsyncRead for Stream {
             if let Some(w) = s.cap_waker.take() {
                 w.wake();
             }
-            st.ack_stream(id, n);
             return Poll::Ready(Ok(()));
         }
         if s.remote_fin {
