@@ -217,7 +217,8 @@ fn force_delete() -> Result<()> {
 }
 
 /// kill -9 of the daemon: the pod keeps running; the restarted daemon reports the same
-/// container (no restart) and probes it again.
+/// container (no restart), probes it again and keeps the transition times of the conditions
+/// that did not change.
 fn kill9_mid_life() -> Result<()> {
     let mut d = pods::daemon(10, "")?;
     let yaml = format!(
@@ -240,6 +241,8 @@ spec:
     })?;
     let id = pods::container(&before, "main").and_then(|c| c.container_id);
     let uid = before.metadata.uid.clone();
+    // Whole seconds: make sure a restart would show as a different time.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     d.kill9();
     d.restart()?;
     let after = pods::wait_for(&d, "survivor", 30, "Ready again", |p| {
@@ -251,6 +254,18 @@ spec:
         "the container was replaced"
     );
     ensure!(pods::restarts(&after, "main") == 0, "restarted");
+    // Ready and ContainersReady really go False until the readiness probe passes again (the
+    // kubelet's rule after its restart too), so only these two keep their times.
+    for kind in ["PodReadyToStartContainers", "Initialized"] {
+        let (was, is) = (
+            pods::transition(&before, kind),
+            pods::transition(&after, kind),
+        );
+        ensure!(
+            !was.is_empty() && was == is,
+            "{kind}: lastTransitionTime {was:?} became {is:?} over a daemon restart"
+        );
+    }
     pods::delete_and_check(&d, "survivor")
 }
 

@@ -149,6 +149,17 @@ pub fn condition(p: &Pod, kind: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A condition's lastTransitionTime (RFC 3339), "" when absent.
+pub fn transition(p: &Pod, kind: &str) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == kind))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.to_string())
+        .unwrap_or_default()
+}
+
 /// The status of container (or init container) `name`.
 pub fn container(p: &Pod, name: &str) -> Option<ContainerStatus> {
     let s = p.status.as_ref()?;

@@ -214,6 +214,32 @@ fn ready(containers_ready: &Condition, gates: &[(String, Option<bool>)]) -> Cond
     }
 }
 
+/// Tracked conditions from saved `(type, status, unix seconds)` transitions (a daemon restart):
+/// [`track`] keeps each time while the status stays the same.
+pub fn restore<'a>(saved: impl IntoIterator<Item = (&'a str, bool, i64)>) -> Vec<Tracked> {
+    saved
+        .into_iter()
+        .map(|(name, status, at)| {
+            let kind = match name {
+                "PodReadyToStartContainers" => Type::PodReadyToStartContainers,
+                "Initialized" => Type::Initialized,
+                "ContainersReady" => Type::ContainersReady,
+                "Ready" => Type::Ready,
+                other => Type::Gate(other.to_string()),
+            };
+            Tracked {
+                condition: Condition {
+                    kind,
+                    status,
+                    reason: String::new(),
+                    message: String::new(),
+                },
+                last_transition: at,
+            }
+        })
+        .collect()
+}
+
 /// `now`'s conditions with transition times carried over from `before` when the status did
 /// not change.
 pub fn track(before: &[Tracked], now: Vec<Condition>, at: i64) -> Vec<Tracked> {

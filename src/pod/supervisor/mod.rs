@@ -380,6 +380,7 @@ impl Supervisor {
                 created_ns: now,
                 deletion: None,
                 gates: BTreeMap::new(),
+                conditions: BTreeMap::new(),
                 finished: false,
                 replaces: predecessor.as_ref().map(|(u, _)| u.clone()),
             };

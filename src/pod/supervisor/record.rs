@@ -30,6 +30,14 @@ pub struct Gate {
     pub last_transition_ns: i64,
 }
 
+/// When a computed pod condition (Ready, Initialized, …) last changed status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub status: bool,
+    /// Unix seconds.
+    pub at_s: i64,
+}
+
 /// What survives a daemon restart of one pod.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
@@ -45,6 +53,10 @@ pub struct Record {
     pub deletion: Option<Deletion>,
     #[serde(default)]
     pub gates: BTreeMap<String, Gate>,
+    /// The computed conditions' last transitions, by type: lastTransitionTime survives a
+    /// daemon restart (the kubelet gets it back from the API server).
+    #[serde(default)]
+    pub conditions: BTreeMap<String, Transition>,
     /// The pod reached Succeeded or Failed: nothing restarts any more.
     #[serde(default)]
     pub finished: bool,

@@ -1,11 +1,14 @@
 //! The pod's Kubernetes status (phase, conditions, container statuses) and its PodView.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
     ContainerStatus, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::record::Transition;
 use super::state::{CState, Inst, PostStart};
 use super::worker::Worker;
 use crate::pod::api::{LogRef, PodView, ProbeReport};
@@ -90,6 +93,32 @@ impl Worker {
         reports.into_values().collect()
     }
 
+    /// Saves the conditions' transition times when one changed, so a daemon restart keeps
+    /// them; not once a delete began (the record is about to go).
+    fn keep_transitions(&mut self) {
+        if self.gone || self.rec.deletion.is_some() {
+            return;
+        }
+        let now: BTreeMap<String, Transition> = self
+            .conditions
+            .iter()
+            .map(|t| {
+                let at = Transition {
+                    status: t.condition.status,
+                    at_s: t.last_transition,
+                };
+                (t.condition.kind.as_str().to_string(), at)
+            })
+            .collect();
+        if now == self.rec.conditions {
+            return;
+        }
+        self.rec.conditions = now;
+        if let Err(e) = self.rec.save(&self.sh.pods_dir) {
+            tracing::warn!(pod = %self.key(), error = %e, "record condition transitions");
+        }
+    }
+
     pub fn build_view(&mut self) -> PodView {
         let phase = self.phase();
         let containers = self.phase_containers();
@@ -117,6 +146,7 @@ impl Worker {
         let now_s = crate::runtime::status::now_ns() / 1_000_000_000;
         let computed = conditions::conditions(facts, &containers, &gates);
         self.conditions = conditions::track(&self.conditions, computed, now_s);
+        self.keep_transitions();
         let mut conds: Vec<PodCondition> = self
             .conditions
             .iter()

@@ -102,6 +102,11 @@ impl Worker {
         view_tx: watch::Sender<Arc<PodView>>,
     ) -> Worker {
         let cs = containers_of(&rec.pod);
+        let conditions = crate::pod::conditions::restore(
+            rec.conditions
+                .iter()
+                .map(|(name, t)| (name.as_str(), t.status, t.at_s)),
+        );
         let mut policy = Policy::with_max(Duration::from_secs(sh.config.pod.backoff_max_secs));
         policy.initial =
             Duration::from_secs(sh.config.pod.backoff_initial_secs.max(1)).min(policy.max);
@@ -114,7 +119,7 @@ impl Worker {
             cs,
             backoff: Backoff::new(policy),
             events: EventLog::default(),
-            conditions: Vec::new(),
+            conditions,
             probe_reports: BTreeMap::new(),
             probe_tx,
             initialized: false,
