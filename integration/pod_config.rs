@@ -114,6 +114,36 @@ spec:
         "message {msg:?}"
     );
     pods::cli(&d, &["delete", "misconfigured", "--grace-period", "1"])?;
+
+    // runAsNonRoot without runAsUser on an image without USER (root): refused like the kubelet.
+    let rootful = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: rootful}}
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext: {{runAsNonRoot: true}}
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sleep, "1000"]
+"#
+    );
+    pods::apply(&d, &rootful)?;
+    let p = pods::wait_for(&d, "rootful", 30, "CreateContainerConfigError", |p| {
+        pods::waiting_reason(p, "main") == "CreateContainerConfigError"
+    })?;
+    let msg = pods::container(&p, "main")
+        .and_then(|c| c.state)
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default();
+    ensure!(
+        msg.contains("runAsNonRoot and image will run as root"),
+        "message {msg:?}"
+    );
+    pods::cli(&d, &["delete", "rootful", "--grace-period", "1"])?;
     pods::delete_and_check(&d, "configured")
 }
 

@@ -408,6 +408,38 @@ fn expand_all(words: Option<&[String]>, envs: &[(String, Vec<u8>)]) -> Vec<Strin
         .collect()
 }
 
+/// The kubelet's runAsNonRoot check of the image's USER (`image_user`), for a container with
+/// runAsNonRoot and no runAsUser (a runAsUser of 0 is refused by [`security`]): an image that
+/// runs as root (no USER, `0`, `0:…`) or as a user name, which cannot be verified without the
+/// image's passwd, is refused with the kubelet's messages.
+pub fn verify_non_root(
+    pod: Option<&PodSecurityContext>,
+    c: Option<&SecurityContext>,
+    image_user: Option<&str>,
+) -> std::result::Result<(), String> {
+    let non_root = c
+        .and_then(|c| c.run_as_non_root)
+        .or(pod.and_then(|p| p.run_as_non_root));
+    let run_as_user = c
+        .and_then(|c| c.run_as_user)
+        .or(pod.and_then(|p| p.run_as_user));
+    if non_root != Some(true) || run_as_user.is_some() {
+        return Ok(());
+    }
+    // As containerd reports it in ImageStatus: the part before ':', numeric or a name.
+    let user = image_user.unwrap_or_default();
+    let user = user.split(':').next().unwrap_or_default();
+    match user.parse::<i64>() {
+        _ if user.is_empty() => Err("container has runAsNonRoot and image will run as root".into()),
+        Ok(0) => Err("container has runAsNonRoot and image will run as root".into()),
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify \
+             user is non-root"
+        )),
+    }
+}
+
 /// The container's security settings: the pod's securityContext with the container's over it.
 pub fn security(
     spec: &PodSpec,

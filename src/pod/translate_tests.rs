@@ -313,6 +313,44 @@ spec:
 }
 
 #[test]
+fn run_as_non_root_is_checked_against_the_image_user_like_the_kubelet() {
+    use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext};
+    let pod = PodSecurityContext {
+        run_as_non_root: Some(true),
+        ..Default::default()
+    };
+    let check = |c: Option<&SecurityContext>, user: Option<&str>| {
+        super::translate::verify_non_root(Some(&pod), c, user)
+    };
+    for root in [None, Some(""), Some("0"), Some("0:0"), Some("0:1000")] {
+        let e = check(None, root).expect_err("root image");
+        assert!(e.contains("image will run as root"), "{root:?}: {e}");
+    }
+    let e = check(None, Some("app:app")).expect_err("a name");
+    assert!(e.contains("non-numeric user (app)"), "{e}");
+    assert!(check(None, Some("1000")).is_ok());
+    assert!(
+        check(None, Some("1000:0")).is_ok(),
+        "the group does not matter"
+    );
+    // runAsUser decides when set; the container's runAsNonRoot false overrides the pod's.
+    let as_user = SecurityContext {
+        run_as_user: Some(1000),
+        ..Default::default()
+    };
+    assert!(check(Some(&as_user), None).is_ok());
+    let allowed = SecurityContext {
+        run_as_non_root: Some(false),
+        ..Default::default()
+    };
+    assert!(check(Some(&allowed), None).is_ok());
+    assert!(
+        super::translate::verify_non_root(None, None, None).is_ok(),
+        "not asked"
+    );
+}
+
+#[test]
 fn resources_follow_the_qos_class() {
     let p = pod("
 apiVersion: v1

@@ -120,6 +120,29 @@ impl Worker {
         };
         let mut mounts = mounts;
         mounts.retain(|m| !m.container_path.is_empty());
+        let image_user = spec
+            .image
+            .as_deref()
+            .and_then(|image| self.sh.images.lookup(image))
+            .and_then(|img| img.config.config.user.clone());
+        let pod_security = self
+            .rec
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref());
+        translate::verify_non_root(
+            pod_security,
+            spec.security_context.as_ref(),
+            image_user.as_deref(),
+        )
+        .map_err(|e| {
+            let msg = format!("pod {}: container {}: {e}", self.key(), spec.name);
+            (
+                "CreateContainerConfigError",
+                crate::error::Error::precondition(msg),
+            )
+        })?;
         let new =
             translate::container_request(&ctx, self.cs[i].kind, &spec, restart_count, mounts, envs)
                 .map_err(|e| ("CreateContainerConfigError", e))?;
