@@ -104,11 +104,7 @@ spec:
     let p = pods::wait_for(&d, "misconfigured", 30, "CreateContainerConfigError", |p| {
         pods::waiting_reason(p, "main") == "CreateContainerConfigError"
     })?;
-    let msg = pods::container(&p, "main")
-        .and_then(|c| c.state)
-        .and_then(|s| s.waiting)
-        .and_then(|w| w.message)
-        .unwrap_or_default();
+    let msg = pods::waiting_message(&p, "main");
     ensure!(
         msg.contains("COLOR") && msg.contains("nope"),
         "message {msg:?}"
@@ -134,11 +130,7 @@ spec:
     let p = pods::wait_for(&d, "rootful", 30, "CreateContainerConfigError", |p| {
         pods::waiting_reason(p, "main") == "CreateContainerConfigError"
     })?;
-    let msg = pods::container(&p, "main")
-        .and_then(|c| c.state)
-        .and_then(|s| s.waiting)
-        .and_then(|w| w.message)
-        .unwrap_or_default();
+    let msg = pods::waiting_message(&p, "main");
     ensure!(
         msg.contains("runAsNonRoot and image will run as root"),
         "message {msg:?}"

@@ -192,6 +192,15 @@ pub fn waiting_reason(p: &Pod, name: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Container `name`'s waiting message (empty when not waiting).
+pub fn waiting_message(p: &Pod, name: &str) -> String {
+    container(p, name)
+        .and_then(|c| c.state)
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default()
+}
+
 /// The events of the pod as `bosun pod events NAME` prints them.
 pub fn events(d: &Daemon, name: &str) -> Result<String> {
     cli(d, &["events", name])
