@@ -39,6 +39,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             backoff_reset_and_sidecar_restart,
         ),
         trial(
+            "pod::lifecycle::logs_follow_a_container_across_its_restarts",
+            NEEDS,
+            logs_follow,
+        ),
+        trial(
             "pod::lifecycle::failed_init_container_with_never_fails_the_pod",
             NEEDS,
             failed_init,
@@ -697,6 +702,61 @@ fn cri_pods_untouched() -> Result<()> {
         }),
     )?;
     pods::delete_and_check(&d, "again")
+}
+
+/// `bosun pod logs -f` keeps printing as the container restarts: each run writes a new log file
+/// and the follower moves on to it, without being started again.
+fn logs_follow() -> Result<()> {
+    let d = pods::daemon(1, "")?;
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: chatty}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c, 'echo "run at $(cat /proc/uptime)"; sleep 1; exit 1']
+"#
+    );
+    pods::apply(&d, &yaml)?;
+    pods::wait_for(&d, "chatty", 30, "running", |p| pods::running(p, "main"))?;
+    let mut follower = d.cli_spawn(&["pod", "logs", "-f", "chatty"])?;
+    let stdout = follower.stdout.take().context("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut runs = Vec::new();
+    while runs.len() < 3 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.starts_with("run at ") => runs.push(line),
+            Ok(other) => anyhow::bail!("unexpected log line {other:?}"),
+            Err(_) => break,
+        }
+    }
+    let _ = follower.kill();
+    let _ = follower.wait();
+    let _ = reader.join();
+    ensure!(
+        runs.len() == 3,
+        "logs -f printed {runs:?}, want the first three runs"
+    );
+    let p = pods::get(&d, "chatty")?.context("chatty is gone")?;
+    ensure!(pods::restarts(&p, "main") >= 2, "fewer than two restarts");
+    pods::cli(&d, &["delete", "chatty", "--grace-period", "1"])?;
+    pods::wait_gone(&d, "chatty", 30)?;
+    cri::assert_clean(&d)
 }
 
 /// Every manifest in examples/ does what its comment says: web, sidecar and grpc become Ready,

@@ -129,6 +129,17 @@ impl Daemon {
             .output()?)
     }
 
+    /// Starts `bosun ARGS` against this daemon with stdout piped (a command that keeps running).
+    pub fn cli_spawn(&self, args: &[&str]) -> anyhow::Result<std::process::Child> {
+        Ok(Command::new(BOSUN)
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()?)
+    }
+
     /// The daemon's pod network (bridge, subnet, plugin call log).
     pub fn net(&self) -> &super::network::TestNet {
         &self.net
