@@ -203,6 +203,11 @@ pub fn row(pod: &Pod, now: i64) -> Row {
 
 /// The rows as an aligned table (with a NAMESPACE column for several namespaces).
 pub fn render(rows: &[Row], wide: bool, namespaces: bool, header: bool) -> String {
+    align(&cells(rows, wide, namespaces, header))
+}
+
+/// The table's cells, the header first when asked.
+fn cells(rows: &[Row], wide: bool, namespaces: bool, header: bool) -> Vec<Vec<String>> {
     let mut cells: Vec<Vec<String>> = Vec::new();
     if header {
         let mut h: Vec<&str> = Vec::new();
@@ -232,22 +237,25 @@ pub fn render(rows: &[Row], wide: bool, namespaces: bool, header: bool) -> Strin
         }
         cells.push(c);
     }
-    align(&cells)
+    cells
 }
 
 /// Columns padded to their widest cell plus three spaces, as kubectl's tabwriter.
 pub fn align(cells: &[Vec<String>]) -> String {
-    let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|i| {
-            cells
-                .iter()
-                .filter_map(|r| r.get(i))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
+    align_to(cells, &mut Vec::new())
+}
+
+/// [`align`] with columns at least `widths` wide, which grow to fit: the rows `get -w` prints
+/// one at a time stay under the header and the first table.
+fn align_to(cells: &[Vec<String>], widths: &mut Vec<usize>) -> String {
+    for r in cells {
+        if widths.len() < r.len() {
+            widths.resize(r.len(), 0);
+        }
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
     let mut out = String::new();
     for r in cells {
         let mut line = String::new();
@@ -295,6 +303,8 @@ pub async fn get(c: &mut PodsClient<tonic::transport::Channel>, a: GetArgs) -> a
     };
     let pods: Vec<Pod> = views.iter().map(pod_of).collect::<anyhow::Result<_>>()?;
     let mut out = std::io::stdout();
+    // The table's column widths, which the watched rows keep.
+    let mut widths = Vec::new();
     match a.output {
         Some(Output::Json) | Some(Output::Yaml) => {
             let value = if a.name.is_some() && pods.len() == 1 {
@@ -315,6 +325,7 @@ pub async fn get(c: &mut PodsClient<tonic::transport::Channel>, a: GetArgs) -> a
         }
         o => {
             let rows: Vec<Row> = pods.iter().map(|p| row(p, now_ns())).collect();
+            let table = cells(&rows, o == Some(Output::Wide), a.all_namespaces, true);
             if rows.is_empty() && !a.watch {
                 let ns = if a.all_namespaces {
                     String::new()
@@ -323,20 +334,22 @@ pub async fn get(c: &mut PodsClient<tonic::transport::Channel>, a: GetArgs) -> a
                 };
                 eprintln!("No resources found{ns}.");
             } else {
-                out.write_all(
-                    render(&rows, o == Some(Output::Wide), a.all_namespaces, true).as_bytes(),
-                )?;
+                out.write_all(align_to(&table, &mut widths).as_bytes())?;
             }
         }
     }
     out.flush()?;
     if a.watch {
-        watch(c, &a).await?;
+        watch(c, &a, widths).await?;
     }
     Ok(())
 }
 
-async fn watch(c: &mut PodsClient<tonic::transport::Channel>, a: &GetArgs) -> anyhow::Result<()> {
+async fn watch(
+    c: &mut PodsClient<tonic::transport::Channel>,
+    a: &GetArgs,
+    mut widths: Vec<usize>,
+) -> anyhow::Result<()> {
     let mut stream = c.watch(api::WatchPodsRequest {}).await?.into_inner();
     let want = selector(a.selector.as_deref())?;
     while let Some(ev) = stream.message().await? {
@@ -359,7 +372,10 @@ async fn watch(c: &mut PodsClient<tonic::transport::Channel>, a: &GetArgs) -> an
             Some(Output::Json) => format!("{}\n", serde_json::to_string(&pod)?),
             Some(Output::Yaml) => format!("---\n{}", serde_yaml_ng::to_string(&pod)?),
             Some(Output::Name) => format!("pod/{name}\n"),
-            o => render(&[r], o == Some(Output::Wide), a.all_namespaces, false),
+            o => align_to(
+                &cells(&[r], o == Some(Output::Wide), a.all_namespaces, false),
+                &mut widths,
+            ),
         };
         let mut out = std::io::stdout();
         out.write_all(text.as_bytes())?;
@@ -469,10 +485,24 @@ status: {phase: Running, initContainerStatuses: [
             ip: "10.0.0.2".into(),
             node: "n".into(),
         };
-        let t = render(&[r], false, false, true);
+        let t = render(std::slice::from_ref(&r), false, false, true);
         assert_eq!(
             t,
             "NAME   READY   STATUS    RESTARTS   AGE\nweb    1/1     Running   0          5s\n"
+        );
+
+        // Watched rows keep the table's widths, and widen it only when they must.
+        let long = Row {
+            name: "a-much-longer-name".into(),
+            status: "ContainerCreating".into(),
+            ..r.clone()
+        };
+        let mut widths = Vec::new();
+        align_to(&cells(&[long], false, false, true), &mut widths);
+        let watched = align_to(&cells(&[r], false, false, false), &mut widths);
+        assert_eq!(
+            watched,
+            "web                  1/1     Running             0          5s\n"
         );
     }
 }
