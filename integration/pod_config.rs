@@ -2,7 +2,7 @@
 //! files, memory emptyDirs, readiness gates set by `bosun pod condition set`, the Watch stream,
 //! host-network pods probed on 127.0.0.1, and scheduling-field warnings.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use bosun::proto::bosun::v1 as api;
@@ -186,6 +186,13 @@ spec:
         pods::condition(&p, "Ready") == "False",
         "Ready without its gate"
     );
+    // `bosun pod get -w`: the table, then a row per change, in the table's columns.
+    let table = pods::Follower::start(&d, &["get", "-w"])?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        lines.push(table.line(deadline).context("get -w printed no table")?);
+    }
     pods::cli(
         &d,
         &[
@@ -200,6 +207,30 @@ spec:
     let p = pods::wait_for(&d, "gated", 10, "Ready", |p| {
         pods::condition(p, "Ready") == "True"
     })?;
+    // The gate's change is watched: one more row.
+    lines.push(
+        table
+            .line(deadline)
+            .context("get -w printed no watched row")?,
+    );
+    drop(table);
+    // Every column of every row starts where its header does.
+    let starts: Vec<usize> = ["READY", "STATUS", "RESTARTS", "AGE"]
+        .iter()
+        .filter_map(|h| lines[0].find(h))
+        .collect();
+    ensure!(starts.len() == 4, "header {:?}", lines[0]);
+    for r in &lines[1..] {
+        let b = r.as_bytes();
+        ensure!(
+            r.starts_with("gated ")
+                && starts
+                    .iter()
+                    .all(|&i| b.get(i).is_some_and(|c| *c != b' ') && b[i - 1] == b' '),
+            "row {r:?} not under {:?}",
+            lines[0]
+        );
+    }
     ensure!(pods::condition(&p, "example.com/load-balancer") == "True");
     let err = pods::cli_fails(&d, &["condition", "set", "gated", "x=Maybe"])?;
     ensure!(err.contains("True or False"), "{err}");

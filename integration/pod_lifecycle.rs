@@ -723,31 +723,17 @@ spec:
     );
     pods::apply(&d, &yaml)?;
     pods::wait_for(&d, "chatty", 30, "running", |p| pods::running(p, "main"))?;
-    let mut follower = d.cli_spawn(&["pod", "logs", "-f", "chatty"])?;
-    let stdout = follower.stdout.take().context("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let follower = pods::Follower::start(&d, &["logs", "-f", "chatty"])?;
     let deadline = Instant::now() + Duration::from_secs(40);
     let mut runs = Vec::new();
     while runs.len() < 3 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) if line.starts_with("run at ") => runs.push(line),
-            Ok(other) => anyhow::bail!("unexpected log line {other:?}"),
-            Err(_) => break,
+        match follower.line(deadline) {
+            Some(line) if line.starts_with("run at ") => runs.push(line),
+            Some(other) => anyhow::bail!("unexpected log line {other:?}"),
+            None => break,
         }
     }
-    let _ = follower.kill();
-    let _ = follower.wait();
-    let _ = reader.join();
+    drop(follower);
     ensure!(
         runs.len() == 3,
         "logs -f printed {runs:?}, want the first three runs"

@@ -55,6 +55,46 @@ pub fn cli_fails(d: &Daemon, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// A `bosun pod ARGS` that keeps running (`logs -f`, `get -w`): kill it when done.
+pub struct Follower {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Follower {
+    /// Starts `bosun pod ARGS`; its stdout lines arrive through [`Follower::line`].
+    pub fn start(d: &Daemon, args: &[&str]) -> Result<Follower> {
+        let mut all = vec!["pod"];
+        all.extend_from_slice(args);
+        let mut child = d.cli_spawn(&all)?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Follower { child, lines })
+    }
+
+    /// The next line, waiting until `deadline`; `None` at EOF or past it.
+    pub fn line(&self, deadline: Instant) -> Option<String> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.lines.recv_timeout(left).ok()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Writes `yaml` into the scratch dir and applies it; returns the CLI's output.
 pub fn apply(d: &Daemon, yaml: &str) -> Result<String> {
     let f = manifest_file(d, yaml)?;
