@@ -303,6 +303,7 @@ pub fn container_request(
     restart_count: u32,
     mounts: Vec<MountRequest>,
     envs: Vec<(String, Vec<u8>)>,
+    image_user: Option<&str>,
 ) -> Result<NewContainer> {
     let spec = ctx.spec()?;
     let what = || format!("pod {}: container {}", ctx.key(), c.name);
@@ -366,6 +367,7 @@ pub fn container_request(
         spec,
         spec.security_context.as_ref(),
         c.security_context.as_ref(),
+        image_user,
     )
     .map_err(|e| Error::invalid(format!("{}: {e}", what())))?;
     Ok(NewContainer {
@@ -408,10 +410,10 @@ fn expand_all(words: Option<&[String]>, envs: &[(String, Vec<u8>)]) -> Vec<Strin
         .collect()
 }
 
-/// The kubelet's runAsNonRoot check of the image's USER (`image_user`), for a container with
-/// runAsNonRoot and no runAsUser (a runAsUser of 0 is refused by [`security`]): an image that
-/// runs as root (no USER, `0`, `0:…`) or as a user name, which cannot be verified without the
-/// image's passwd, is refused with the kubelet's messages.
+/// The kubelet's runAsNonRoot check: with runAsNonRoot, a runAsUser of 0 is refused; without
+/// runAsUser, the image's USER (`image_user`) decides: an image that runs as root (no USER,
+/// `0`, `0:…`) or as a user name, which cannot be verified without the image's passwd, is
+/// refused with the kubelet's messages and what to change.
 pub fn verify_non_root(
     pod: Option<&PodSecurityContext>,
     c: Option<&SecurityContext>,
@@ -423,39 +425,45 @@ pub fn verify_non_root(
     let run_as_user = c
         .and_then(|c| c.run_as_user)
         .or(pod.and_then(|p| p.run_as_user));
-    if non_root != Some(true) || run_as_user.is_some() {
-        return Ok(());
+    const FIX: &str = "set securityContext.runAsUser to a non-zero uid";
+    match (non_root, run_as_user) {
+        (Some(true), Some(0)) => {
+            return Err(
+                "securityContext.runAsNonRoot is true but runAsUser is 0 (root): refusing to run"
+                    .into(),
+            )
+        }
+        (Some(true), None) => {}
+        _ => return Ok(()),
     }
     // As containerd reports it in ImageStatus: the part before ':', numeric or a name.
     let user = image_user.unwrap_or_default();
     let user = user.split(':').next().unwrap_or_default();
     match user.parse::<i64>() {
-        _ if user.is_empty() => Err("container has runAsNonRoot and image will run as root".into()),
-        Ok(0) => Err("container has runAsNonRoot and image will run as root".into()),
-        Ok(_) => Ok(()),
-        Err(_) => Err(format!(
+        Ok(uid) if uid != 0 => Ok(()),
+        Err(_) if !user.is_empty() => Err(format!(
             "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify \
-             user is non-root"
+             user is non-root: {FIX}"
+        )),
+        _ => Err(format!(
+            "container has runAsNonRoot and image will run as root: {FIX}"
         )),
     }
 }
 
-/// The container's security settings: the pod's securityContext with the container's over it.
+/// The container's security settings: the pod's securityContext with the container's over it;
+/// refused as [`verify_non_root`] says.
 pub fn security(
     spec: &PodSpec,
     pod: Option<&PodSecurityContext>,
     c: Option<&SecurityContext>,
+    image_user: Option<&str>,
 ) -> std::result::Result<Security, String> {
+    verify_non_root(pod, c, image_user)?;
     let pod = pod.cloned().unwrap_or_default();
     let c = c.cloned().unwrap_or_default();
     let run_as_user = c.run_as_user.or(pod.run_as_user);
     let run_as_group = c.run_as_group.or(pod.run_as_group);
-    if c.run_as_non_root.or(pod.run_as_non_root) == Some(true) && run_as_user == Some(0) {
-        return Err(
-            "securityContext.runAsNonRoot is true but runAsUser is 0 (root): refusing to run"
-                .into(),
-        );
-    }
     let mut groups: Vec<i64> = pod.supplemental_groups.clone().unwrap_or_default();
     if let Some(fs) = pod.fs_group {
         if !groups.contains(&fs) {

@@ -155,8 +155,8 @@ fn container_request_has_kubelet_annotations_expansion_and_stop_signal() {
     let p = pod(BASE);
     let c = &p.spec.as_ref().expect("spec").containers[0];
     let envs = vec![("GREETING".to_string(), b"hi".to_vec())];
-    let n =
-        container_request(&ctx(&p), ContainerKind::App, c, 3, Vec::new(), envs).expect("request");
+    let n = container_request(&ctx(&p), ContainerKind::App, c, 3, Vec::new(), envs, None)
+        .expect("request");
     assert_eq!(n.attempt, 3);
     assert_eq!(n.log_path, "app/3.log");
     let r = &n.request;
@@ -203,8 +203,16 @@ fn container_request_has_kubelet_annotations_expansion_and_stop_signal() {
         .is_some_and(|h| h.contains("sleep")));
     let hash = a.get(labels::CONTAINER_HASH).cloned().expect("hash");
     assert_eq!(hash.len(), 8);
-    let again = container_request(&ctx(&p), ContainerKind::App, c, 0, Vec::new(), Vec::new())
-        .expect("request");
+    let again = container_request(
+        &ctx(&p),
+        ContainerKind::App,
+        c,
+        0,
+        Vec::new(),
+        Vec::new(),
+        None,
+    )
+    .expect("request");
     assert_eq!(
         again.request.annotations.get(labels::CONTAINER_HASH),
         Some(&hash),
@@ -212,7 +220,7 @@ fn container_request_has_kubelet_annotations_expansion_and_stop_signal() {
     );
     let bad = pod(&BASE.replace("stopSignal: SIGUSR1", "stopSignal: SIGNOPE"));
     let c = &bad.spec.as_ref().expect("spec").containers[0];
-    let e = container_request(&ctx(&bad), ContainerKind::App, c, 0, vec![], vec![])
+    let e = container_request(&ctx(&bad), ContainerKind::App, c, 0, vec![], vec![], None)
         .expect_err("bad signal");
     assert!(e.to_string().contains("stopSignal"), "{e}");
 }
@@ -261,6 +269,7 @@ spec:
         0,
         vec![],
         vec![],
+        None,
     )
     .expect("a")
     .request
@@ -285,6 +294,7 @@ spec:
         0,
         vec![],
         vec![],
+        None,
     )
     .expect("b")
     .request
@@ -307,7 +317,7 @@ spec:
   containers: [{name: a, image: busybox, securityContext: {runAsUser: 0}}]
 ");
     let c = &root.spec.as_ref().expect("spec").containers[0];
-    let e = container_request(&ctx(&root), ContainerKind::App, c, 0, vec![], vec![])
+    let e = container_request(&ctx(&root), ContainerKind::App, c, 0, vec![], vec![], None)
         .expect_err("root with runAsNonRoot");
     assert!(e.to_string().contains("runAsNonRoot"), "{e}");
 }
@@ -361,8 +371,8 @@ spec:
   - {name: a, image: busybox, resources: {limits: {cpu: 500m, memory: 64Mi}}}
 ");
     let c = &p.spec.as_ref().expect("spec").containers[0];
-    let r =
-        container_request(&ctx(&p), ContainerKind::Sidecar, c, 0, vec![], vec![]).expect("request");
+    let r = container_request(&ctx(&p), ContainerKind::Sidecar, c, 0, vec![], vec![], None)
+        .expect("request");
     let res = &r.request.linux.resources;
     assert_eq!(res.cpu_quota, Some(50_000));
     assert_eq!(res.cpu_shares, Some(512));

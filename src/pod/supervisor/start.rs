@@ -125,27 +125,16 @@ impl Worker {
             .as_deref()
             .and_then(|image| self.sh.images.lookup(image))
             .and_then(|img| img.config.config.user.clone());
-        let pod_security = self
-            .rec
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.security_context.as_ref());
-        translate::verify_non_root(
-            pod_security,
-            spec.security_context.as_ref(),
+        let new = translate::container_request(
+            &ctx,
+            self.cs[i].kind,
+            &spec,
+            restart_count,
+            mounts,
+            envs,
             image_user.as_deref(),
         )
-        .map_err(|e| {
-            let msg = format!("pod {}: container {}: {e}", self.key(), spec.name);
-            (
-                "CreateContainerConfigError",
-                crate::error::Error::precondition(msg),
-            )
-        })?;
-        let new =
-            translate::container_request(&ctx, self.cs[i].kind, &spec, restart_count, mounts, envs)
-                .map_err(|e| ("CreateContainerConfigError", e))?;
+        .map_err(|e| ("CreateContainerConfigError", e))?;
         let sandbox_id = self
             .sandbox
             .as_ref()
