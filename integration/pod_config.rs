@@ -9,7 +9,7 @@ use bosun::proto::bosun::v1 as api;
 
 use crate::support::cri::{self, NEEDS};
 use crate::support::pods::{self, BUSYBOX};
-use crate::support::{block_on, trial};
+use crate::support::{block_on, trial, Daemon};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -101,10 +101,7 @@ spec:
         .replace("name: configured", "name: misconfigured")
         .replace("key: color}}", "key: nope}}");
     pods::apply(&d, &bad)?;
-    let p = pods::wait_for(&d, "misconfigured", 30, "CreateContainerConfigError", |p| {
-        pods::waiting_reason(p, "main") == "CreateContainerConfigError"
-    })?;
-    let msg = pods::waiting_message(&p, "main");
+    let msg = config_error(&d, "misconfigured")?;
     ensure!(
         msg.contains("COLOR") && msg.contains("nope"),
         "message {msg:?}"
@@ -127,16 +124,21 @@ spec:
 "#
     );
     pods::apply(&d, &rootful)?;
-    let p = pods::wait_for(&d, "rootful", 30, "CreateContainerConfigError", |p| {
-        pods::waiting_reason(p, "main") == "CreateContainerConfigError"
-    })?;
-    let msg = pods::waiting_message(&p, "main");
+    let msg = config_error(&d, "rootful")?;
     ensure!(
         msg.contains("runAsNonRoot and image will run as root"),
         "message {msg:?}"
     );
     pods::cli(&d, &["delete", "rootful", "--grace-period", "1"])?;
     pods::delete_and_check(&d, "configured")
+}
+
+/// Waits until container `main` of pod `name` is held in CreateContainerConfigError; its message.
+fn config_error(d: &Daemon, name: &str) -> Result<String> {
+    let p = pods::wait_for(d, name, 30, "CreateContainerConfigError", |p| {
+        pods::waiting_reason(p, "main") == "CreateContainerConfigError"
+    })?;
+    Ok(pods::waiting_message(&p, "main"))
 }
 
 /// A pod with a readiness gate is Ready only once `bosun pod condition set` makes the gate
