@@ -120,21 +120,22 @@ impl Daemon {
         Ok(ImagesClient::new(self.channel().await?))
     }
 
+    /// `bosun --socket <this daemon's> ARGS`.
+    fn cli_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BOSUN);
+        cmd.arg("--socket").arg(self.socket()).args(args);
+        cmd
+    }
+
     /// Runs the bosun CLI against this daemon.
     pub fn cli(&self, args: &[&str]) -> anyhow::Result<Output> {
-        Ok(Command::new(BOSUN)
-            .arg("--socket")
-            .arg(self.socket())
-            .args(args)
-            .output()?)
+        Ok(self.cli_command(args).output()?)
     }
 
     /// Starts `bosun ARGS` against this daemon with stdout piped (a command that keeps running).
     pub fn cli_spawn(&self, args: &[&str]) -> anyhow::Result<std::process::Child> {
-        Ok(Command::new(BOSUN)
-            .arg("--socket")
-            .arg(self.socket())
-            .args(args)
+        Ok(self
+            .cli_command(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()?)

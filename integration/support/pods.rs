@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateWaiting, ContainerStatus, Pod, PodCondition};
 
 use super::cri;
 use super::Daemon;
@@ -179,22 +179,24 @@ pub fn phase(p: &Pod) -> String {
         .unwrap_or_default()
 }
 
-/// A condition's status ("True"/"False"/"").
-pub fn condition(p: &Pod, kind: &str) -> String {
+/// The pod's condition `kind`.
+fn find_condition<'a>(p: &'a Pod, kind: &str) -> Option<&'a PodCondition> {
     p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == kind))
+}
+
+/// A condition's status ("True"/"False"/"").
+pub fn condition(p: &Pod, kind: &str) -> String {
+    find_condition(p, kind)
         .map(|c| c.status.clone())
         .unwrap_or_default()
 }
 
 /// A condition's lastTransitionTime (RFC 3339), "" when absent.
 pub fn transition(p: &Pod, kind: &str) -> String {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == kind))
+    find_condition(p, kind)
         .and_then(|c| c.last_transition_time.as_ref())
         .map(|t| t.0.to_string())
         .unwrap_or_default()
@@ -223,22 +225,21 @@ pub fn restarts(p: &Pod, name: &str) -> i32 {
     container(p, name).map_or(0, |c| c.restart_count)
 }
 
-/// Container `name`'s waiting reason (empty when not waiting).
-pub fn waiting_reason(p: &Pod, name: &str) -> String {
+/// Container `name`'s waiting state, if it waits.
+fn waiting(p: &Pod, name: &str) -> Option<ContainerStateWaiting> {
     container(p, name)
         .and_then(|c| c.state)
         .and_then(|s| s.waiting)
-        .and_then(|w| w.reason)
-        .unwrap_or_default()
+}
+
+/// Container `name`'s waiting reason (empty when not waiting).
+pub fn waiting_reason(p: &Pod, name: &str) -> String {
+    waiting(p, name).and_then(|w| w.reason).unwrap_or_default()
 }
 
 /// Container `name`'s waiting message (empty when not waiting).
 pub fn waiting_message(p: &Pod, name: &str) -> String {
-    container(p, name)
-        .and_then(|c| c.state)
-        .and_then(|s| s.waiting)
-        .and_then(|w| w.message)
-        .unwrap_or_default()
+    waiting(p, name).and_then(|w| w.message).unwrap_or_default()
 }
 
 /// The events of the pod as `bosun pod events NAME` prints them.
