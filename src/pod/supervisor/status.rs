@@ -1,7 +1,5 @@
 //! The pod's Kubernetes status (phase, conditions, container statuses) and its PodView.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
     ContainerStatus, PodCondition, PodIP, PodStatus,
@@ -99,21 +97,24 @@ impl Worker {
         if self.gone || self.rec.deletion.is_some() {
             return;
         }
-        let now: BTreeMap<String, Transition> = self
-            .conditions
-            .iter()
-            .map(|t| {
-                let at = Transition {
-                    status: t.condition.status,
-                    at_s: t.last_transition,
-                };
-                (t.condition.kind.as_str().to_string(), at)
-            })
-            .collect();
-        if now == self.rec.conditions {
+        let at = |t: &conditions::Tracked| Transition {
+            status: t.condition.status,
+            at_s: t.last_transition,
+        };
+        // Compared in place: this runs at every view build, a change is rare.
+        let unchanged = self.conditions.len() == self.rec.conditions.len()
+            && self
+                .conditions
+                .iter()
+                .all(|t| self.rec.conditions.get(t.condition.kind.as_str()) == Some(&at(t)));
+        if unchanged {
             return;
         }
-        self.rec.conditions = now;
+        self.rec.conditions = self
+            .conditions
+            .iter()
+            .map(|t| (t.condition.kind.as_str().to_string(), at(t)))
+            .collect();
         if let Err(e) = self.rec.save(&self.sh.pods_dir) {
             tracing::warn!(pod = %self.key(), error = %e, "record condition transitions");
         }
