@@ -110,7 +110,8 @@ pub(crate) async fn run(
             format!("spawn {}: {e}", runc.binary.display()),
         )
     })?;
-    let mut killer = Abandoned(Some(ExecKiller::new(tmp, pid_file, &child)));
+    // A clone: `tmp` must outlive the disarmed killer, since runc's log is read after the wait.
+    let mut killer = Abandoned(Some(ExecKiller::new(tmp.clone(), pid_file, &child)));
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut readers = Box::pin(async {
