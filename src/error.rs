@@ -124,6 +124,78 @@ impl From<serde_json::Error> for Error {
     }
 }
 
+/// The longest prefix of a caller's value that an error or log line echoes (issue 16 item 11:
+/// a 64 KiB id came back whole and overflowed grpc-core's 16 KiB metadata limit).
+pub const ECHO_MAX: usize = 256;
+
+/// A value taken from a request, as errors and log lines echo it: at most [`ECHO_MAX`] bytes
+/// (cut at a character boundary), then `…[N more bytes]` when cut. `{}` prints it as is,
+/// `{:?}` quoted and escaped like `str`'s Debug. The one place every echo of input goes through.
+#[derive(Clone, Copy)]
+pub struct Echo<'a>(&'a str);
+
+/// `s` as errors and log lines may echo it; see [`Echo`].
+pub fn echo(s: &str) -> Echo<'_> {
+    Echo(s)
+}
+
+impl Echo<'_> {
+    /// The kept prefix and how many bytes were cut.
+    fn parts(&self) -> (&str, usize) {
+        prefix(self.0, ECHO_MAX)
+    }
+
+    fn cut_mark(f: &mut fmt::Formatter<'_>, cut: usize) -> fmt::Result {
+        if cut > 0 {
+            write!(f, "…[{cut} more bytes]")?;
+        }
+        Ok(())
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary, and
+/// how many bytes it leaves out.
+pub fn prefix(s: &str, max: usize) -> (&str, usize) {
+    if s.len() <= max {
+        return (s, 0);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&s[..end], s.len() - end)
+}
+
+/// `s` cut to at most `max` bytes plus the `…[N more bytes]` mark (the whole of `s` when it
+/// fits): for whole messages, where [`echo`] is for one value in them.
+pub fn bounded(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match prefix(s, max) {
+        (all, 0) => std::borrow::Cow::Borrowed(all),
+        (kept, cut) => std::borrow::Cow::Owned(format!("{kept}…[{cut} more bytes]")),
+    }
+}
+
+impl fmt::Display for Echo<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kept, cut) = self.parts();
+        f.write_str(kept)?;
+        Self::cut_mark(f, cut)
+    }
+}
+
+impl fmt::Debug for Echo<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kept, cut) = self.parts();
+        write!(f, "{kept:?}")?;
+        Self::cut_mark(f, cut)
+    }
+}
+
+/// A path from a request, echoed like [`echo`] (lossy UTF-8).
+pub fn echo_path(p: &std::path::Path) -> String {
+    echo(&p.to_string_lossy()).to_string()
+}
+
 /// Adds context to any error convertible into [`Error`].
 pub trait ResultExt<T> {
     /// On error, prefix the message with `ctx` (evaluated lazily).
@@ -147,6 +219,29 @@ mod tests {
             .context("pull");
         assert_eq!(e.kind(), ErrorKind::NotFound);
         assert_eq!(e.to_string(), "pull: image busybox: no such blob");
+    }
+
+    #[test]
+    fn echoes_are_cut_at_a_char_boundary_and_marked() {
+        assert_eq!(echo("abc").to_string(), "abc");
+        assert_eq!(format!("{:?}", echo("a\"b")), "\"a\\\"b\"");
+        let long = "x".repeat(64 << 10);
+        let shown = echo(&long).to_string();
+        assert_eq!(
+            shown.len(),
+            ECHO_MAX + "…[65280 more bytes]".len(),
+            "{shown}"
+        );
+        assert!(shown.ends_with("…[65280 more bytes]"), "{shown}");
+        // 'é' is two bytes: byte ECHO_MAX falls inside one and the cut moves before it.
+        let accents = format!("x{}", "é".repeat(300));
+        let shown = format!("{:?}", echo(&accents));
+        assert!(
+            shown.starts_with("\"xéé") && shown.contains("\"…["),
+            "{shown}"
+        );
+        let kept = shown.split('…').next().unwrap_or_default();
+        assert!(kept.len() <= ECHO_MAX + 2, "{}", kept.len());
     }
 
     #[test]

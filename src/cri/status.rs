@@ -20,13 +20,19 @@ pub fn code(kind: ErrorKind) -> Code {
     }
 }
 
+/// The longest `grpc-message` sent (and logged). Values in messages are already cut by
+/// [`crate::error::echo`]; this bounds what several of them add up to. grpc-core clients refuse
+/// more than 16 KiB of metadata (8 KiB soft) and tonic percent-encodes non-ASCII bytes (×3).
+pub const MESSAGE_MAX: usize = 2048;
+
 /// Converts a domain error to a Status, logging it once here at the RPC boundary.
 pub fn to_status(rpc: &'static str, e: Error) -> Status {
+    let message = crate::error::bounded(e.message(), MESSAGE_MAX);
     match e.kind() {
-        ErrorKind::Internal | ErrorKind::Unavailable => tracing::warn!(rpc, "{e}"),
-        _ => tracing::debug!(rpc, "{e}"),
+        ErrorKind::Internal | ErrorKind::Unavailable => tracing::warn!(rpc, "{message}"),
+        _ => tracing::debug!(rpc, "{message}"),
     }
-    Status::new(code(e.kind()), e.to_string())
+    Status::new(code(e.kind()), message.into_owned())
 }
 
 /// Wraps a domain result into a gRPC response.
@@ -75,5 +81,18 @@ mod tests {
         let s = to_status("PullImage", Error::invalid("image reference \"A\": bad"));
         assert_eq!(s.code(), Code::InvalidArgument);
         assert_eq!(s.message(), "image reference \"A\": bad");
+    }
+
+    #[test]
+    fn long_messages_are_cut_and_marked() {
+        let long = format!("container {}: not found", "f".repeat(64 << 10));
+        let s = to_status("ContainerStatus", Error::not_found(long));
+        assert_eq!(s.code(), Code::NotFound);
+        assert!(
+            s.message().len() <= MESSAGE_MAX + 32,
+            "{}",
+            s.message().len()
+        );
+        assert!(s.message().ends_with("more bytes]"), "{}", s.message());
     }
 }

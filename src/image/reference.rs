@@ -34,7 +34,12 @@ pub struct Reference {
 impl Reference {
     /// Parses `s` and normalises it (`busybox` → `docker.io/library/busybox:latest`).
     pub fn parse(s: &str) -> Result<Reference> {
-        parse(s).map_err(|why| Error::invalid(format!("image reference {s:?}: {why}")))
+        parse(s).map_err(|why| {
+            Error::invalid(format!(
+                "image reference {:?}: {why}",
+                crate::error::echo(s)
+            ))
+        })
     }
 
     /// The registry host, with port if any (`docker.io`, `127.0.0.1:5000`, `[::1]:5000`).
@@ -338,7 +343,7 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{input}");
             let msg = e.to_string();
             assert!(
-                msg.starts_with(&format!("image reference {input:?}: ")),
+                msg.starts_with(&format!("image reference {:?}: ", crate::error::echo(input))),
                 "{msg}"
             );
             assert!(msg.contains(why), "{input}: {msg}");

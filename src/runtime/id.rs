@@ -1,6 +1,6 @@
 //! Object ids: 64 random hex digits, looked up by unique prefix.
 
-use crate::error::{Error, Result};
+use crate::error::{echo, Error, Result};
 
 /// The length of a full id in hex digits.
 pub const ID_LEN: usize = 64;
@@ -39,9 +39,13 @@ where
     }
     match (count, found) {
         (1, Some(id)) => Ok(id.to_string()),
-        (0, _) | (_, None) => Err(Error::not_found(format!("{kind} {prefix}: not found"))),
+        (0, _) | (_, None) => Err(Error::not_found(format!(
+            "{kind} {}: not found",
+            echo(prefix)
+        ))),
         (n, _) => Err(Error::invalid(format!(
-            "{kind} {prefix}: ambiguous prefix matches {n} ids"
+            "{kind} {}: ambiguous prefix matches {n} ids",
+            echo(prefix)
         ))),
     }
 }

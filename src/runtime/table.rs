@@ -171,20 +171,26 @@ impl<M: Meta, S: Status> Table<M, S> {
 
     /// The object with exactly this id, or NotFound.
     pub fn get(&self, id: &str) -> Result<Arc<Entry<M, S>>> {
-        lock(&self.index)
-            .get(id)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("{} {id}: not found", self.kind)))
+        lock(&self.index).get(id).cloned().ok_or_else(|| {
+            Error::not_found(format!(
+                "{} {}: not found",
+                self.kind,
+                crate::error::echo(id)
+            ))
+        })
     }
 
     /// The object whose id starts with `prefix` (see [`id::resolve`]).
     pub fn resolve(&self, prefix: &str) -> Result<Arc<Entry<M, S>>> {
         let index = lock(&self.index);
         let full = id::resolve(self.kind, prefix, index.keys().map(String::as_str))?;
-        index
-            .get(&full)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("{} {prefix}: not found", self.kind)))
+        index.get(&full).cloned().ok_or_else(|| {
+            Error::not_found(format!(
+                "{} {}: not found",
+                self.kind,
+                crate::error::echo(prefix)
+            ))
+        })
     }
 
     /// [`Entry::update`] on the object with exactly this id.

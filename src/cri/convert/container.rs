@@ -7,7 +7,7 @@ use super::resources::resources;
 use super::sandbox::sorted;
 use super::security::security;
 use super::signal::stop_signal;
-use crate::error::{Error, Result};
+use crate::error::{echo, Error, Result};
 use crate::oci::{ContainerRequest, DeviceRequest, LinuxRequest, MountRequest, Propagation};
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::NewContainer;
@@ -26,7 +26,7 @@ pub fn new_container(config: Option<pb::ContainerConfig>) -> Result<NewContainer
         ));
     }
     let name = meta.name;
-    let object = format!("container config {name:?}");
+    let object = format!("container config {:?}", echo(&name));
     let image = c.image.map(|i| i.image).unwrap_or_default();
     if image.trim().is_empty() {
         return Err(Error::invalid(format!("{object}: image.image is required")));
@@ -34,7 +34,7 @@ pub fn new_container(config: Option<pb::ContainerConfig>) -> Result<NewContainer
     if let Some(d) = c.cdi_devices.first() {
         return Err(Error::invalid(format!(
             "{object}: CDI_devices ({:?}): CDI devices are not supported",
-            d.name
+            echo(&d.name)
         )));
     }
     let linux = c.linux.unwrap_or_default();
@@ -87,7 +87,7 @@ fn mount(object: &str, i: usize, m: pb::Mount) -> Result<MountRequest> {
         return Err(Error::invalid(format!(
             "{}: {:?} must be an absolute path",
             field("container_path"),
-            m.container_path
+            echo(&m.container_path)
         )));
     }
     let image = m.image.map(|i| i.image).filter(|i| !i.is_empty());
@@ -95,7 +95,7 @@ fn mount(object: &str, i: usize, m: pb::Mount) -> Result<MountRequest> {
         return Err(Error::invalid(format!(
             "{}: {:?} must be a non-empty absolute path",
             field("host_path"),
-            m.host_path
+            echo(&m.host_path)
         )));
     }
     if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::bad_enum;
-use crate::error::{Error, Result};
+use crate::error::{echo, Error, Result};
 use crate::oci::NamespaceMode;
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::{Dns, PodName, PortMapping, SandboxRequest};
@@ -19,7 +19,8 @@ pub fn sandbox_request(
     let config = config.ok_or_else(|| Error::invalid("sandbox config is required"))?;
     if !RUNTIME_HANDLERS.contains(&runtime_handler) {
         return Err(Error::invalid(format!(
-            "runtime handler {runtime_handler:?} is not supported (bosun has \"runc\")"
+            "runtime handler {:?} is not supported (bosun has \"runc\")",
+            echo(runtime_handler)
         )));
     }
     let pod = pod_name(config.metadata)?;

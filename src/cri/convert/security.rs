@@ -2,7 +2,7 @@
 
 use super::bad_enum;
 use super::sandbox::{check_userns, namespace_mode};
-use crate::error::{Error, Result};
+use crate::error::{echo, Error, Result};
 use crate::oci::{
     CapabilityEdits, NamespaceOptions, Security, SecurityProfile, SupplementalGroupsPolicy,
 };
@@ -22,7 +22,7 @@ pub fn security(
     let Some(sc) = sc else {
         return Ok(Security::default());
     };
-    let object = format!("container config {container:?}: security_context");
+    let object = format!("container config {:?}: security_context", echo(container));
     let caps = sc.capabilities.unwrap_or_default();
     let ns = sc.namespace_options.unwrap_or_default();
     check_userns(&object, ns.userns_options.as_ref())?;
@@ -87,7 +87,10 @@ fn profile(field: &str, p: pb::SecurityProfile) -> Result<SecurityProfile> {
 fn localhost(field: &str, s: &str) -> Option<Result<SecurityProfile>> {
     let r = s.strip_prefix(LOCALHOST_PREFIX)?;
     Some(if r.is_empty() {
-        Err(Error::invalid(format!("{field}: {s:?} names no profile")))
+        Err(Error::invalid(format!(
+            "{field}: {:?} names no profile",
+            echo(s)
+        )))
     } else {
         Ok(SecurityProfile::Localhost(r.to_string()))
     })
@@ -109,8 +112,12 @@ pub fn seccomp(
     match deprecated {
         "" | "unconfined" => Ok(SecurityProfile::Unconfined),
         "runtime/default" | "docker/default" => Ok(SecurityProfile::RuntimeDefault),
-        s => localhost(&field, s)
-            .unwrap_or_else(|| Err(Error::invalid(format!("{field}: unknown profile {s:?}")))),
+        s => localhost(&field, s).unwrap_or_else(|| {
+            Err(Error::invalid(format!(
+                "{field}: unknown profile {:?}",
+                echo(s)
+            )))
+        }),
     }
 }
 
@@ -130,7 +137,11 @@ pub fn apparmor(
     match deprecated {
         "" | "runtime/default" => Ok(SecurityProfile::RuntimeDefault),
         "unconfined" => Ok(SecurityProfile::Unconfined),
-        s => localhost(&field, s)
-            .unwrap_or_else(|| Err(Error::invalid(format!("{field}: unknown profile {s:?}")))),
+        s => localhost(&field, s).unwrap_or_else(|| {
+            Err(Error::invalid(format!(
+                "{field}: unknown profile {:?}",
+                echo(s)
+            )))
+        }),
     }
 }
