@@ -5,8 +5,160 @@ use std::collections::HashMap;
 use oci_spec::runtime::{LinuxCpu, LinuxHugepageLimit, LinuxMemory, LinuxResources};
 
 use crate::config::CgroupDriver;
-use crate::error::{Error, Result};
+use crate::error::{echo, Error, Result};
 use crate::oci::request::Resources;
+
+/// cpu.shares the kernel keeps as written (v1 clamps to 2..=262144 and runc then fails).
+pub const SHARES: std::ops::RangeInclusive<u64> = 2..=262_144;
+/// CFS period in microseconds: 1 ms to 1 s (the kernel's min and max_cfs_quota_period).
+pub const PERIOD: std::ops::RangeInclusive<u64> = 1_000..=1_000_000;
+/// CFS quota in microseconds (-1: none): at least 1 ms, at most the kernel's max_cfs_runtime.
+pub const QUOTA: std::ops::RangeInclusive<i64> = 1_000..=(1 << 44) - 1;
+
+/// The CPUs and memory nodes this host has online, the values a cpuset may name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCpus {
+    /// Online CPUs, e.g. `0-3` (`/sys/devices/system/cpu/online`).
+    pub cpus: String,
+    /// Online memory nodes, e.g. `0` (`/sys/devices/system/node/online`; `0` when absent).
+    pub mems: String,
+}
+
+impl HostCpus {
+    /// Reads the online CPUs and memory nodes (two small sysfs files).
+    pub fn detect() -> HostCpus {
+        let read = |p: &str, default: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| default.to_string())
+        };
+        HostCpus {
+            cpus: read("/sys/devices/system/cpu/online", "0"),
+            mems: read("/sys/devices/system/node/online", "0"),
+        }
+    }
+}
+
+/// A cpuset list (`0-3,6`): the numbers it names, or why it is malformed. At most 1 << 16
+/// numbers (the kernel's NR_CPUS is lower still).
+pub fn parse_cpuset(list: &str) -> std::result::Result<Vec<u32>, String> {
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        let part = part.trim();
+        let num = |s: &str| {
+            s.parse::<u32>()
+                .ok()
+                .filter(|_| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| format!("{:?} is not a number", echo(s)))
+        };
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => {
+                let n = num(part)?;
+                (n, n)
+            }
+        };
+        if lo > hi {
+            return Err(format!("range {:?} goes backwards", echo(part)));
+        }
+        if out.len() + (hi - lo) as usize >= 1 << 16 {
+            return Err("more than 65536 entries".into());
+        }
+        out.extend(lo..=hi);
+    }
+    Ok(out)
+}
+
+/// The limits the kernel and runc accept, so that a caller's mistake is InvalidArgument
+/// naming the field and the range here rather than runc's error at create or update time.
+/// Zero and "" mean unset (the CRI's convention) and pass. cpusets must name online CPUs and
+/// nodes of `host` when it is given (the runtime checks before it creates or updates
+/// anything; [`apply`] checks the rest again without reading the host).
+pub fn validate(r: &Resources, host: Option<&HostCpus>) -> Result<()> {
+    let range = |field: &str, v: String, allowed: String| {
+        Error::invalid(format!("{field}: {v} is out of range ({allowed})"))
+    };
+    if let Some(s) = r.cpu_shares.filter(|s| *s != 0 && !SHARES.contains(s)) {
+        let allowed = format!("{}-{}, or 0 for the default", SHARES.start(), SHARES.end());
+        return Err(range("cpu_shares", s.to_string(), allowed));
+    }
+    if let Some(p) = r.cpu_period.filter(|p| *p != 0 && !PERIOD.contains(p)) {
+        let allowed = format!(
+            "{}-{} µs, or 0 for the default",
+            PERIOD.start(),
+            PERIOD.end()
+        );
+        return Err(range("cpu_period", p.to_string(), allowed));
+    }
+    if let Some(q) = r
+        .cpu_quota
+        .filter(|q| *q != 0 && *q != -1 && !QUOTA.contains(q))
+    {
+        let allowed = format!("{}-{} µs, -1 for none", QUOTA.start(), QUOTA.end());
+        return Err(range("cpu_quota", q.to_string(), allowed));
+    }
+    let bytes = |field: &str, v: Option<i64>| match v {
+        Some(v) if v < -1 => Err(range(field, v.to_string(), "bytes, -1 for none".into())),
+        _ => Ok(v.filter(|v| *v > 0)),
+    };
+    let memory = bytes("memory_limit_in_bytes", r.memory_limit_in_bytes)?;
+    let swap = bytes("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes)?;
+    if let (Some(m), Some(s)) = (memory, swap) {
+        if s < m {
+            return Err(Error::invalid(format!(
+                "memory_swap_limit_in_bytes: {s} is below memory_limit_in_bytes {m} (it limits \
+                 memory + swap)"
+            )));
+        }
+    }
+    if let Some(o) = r.oom_score_adj.filter(|o| !(-1000..=1000).contains(o)) {
+        return Err(range("oom_score_adj", o.to_string(), "-1000-1000".into()));
+    }
+    for (field, list, online) in [
+        ("cpuset_cpus", &r.cpuset_cpus, host.map(|h| h.cpus.as_str())),
+        ("cpuset_mems", &r.cpuset_mems, host.map(|h| h.mems.as_str())),
+    ] {
+        let Some(list) = list.as_deref().filter(|l| !l.is_empty()) else {
+            continue;
+        };
+        let wanted = parse_cpuset(list)
+            .map_err(|why| Error::invalid(format!("{field} {:?}: {why}", echo(list))))?;
+        let Some(online) = online else {
+            continue;
+        };
+        let have = parse_cpuset(online).unwrap_or_default();
+        if let Some(n) = wanted.iter().find(|n| !have.contains(n)) {
+            return Err(Error::invalid(format!(
+                "{field} {:?}: {n} is not online on this host (online: {online})",
+                echo(list)
+            )));
+        }
+    }
+    for (i, h) in r.hugepage_limits.iter().enumerate() {
+        let size = h.page_size.strip_suffix("B").unwrap_or_default();
+        let digits = size.trim_end_matches(['K', 'M', 'G']);
+        let ok = size.len() == digits.len() + 1
+            && !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit());
+        if !ok {
+            return Err(Error::invalid(format!(
+                "hugepage_limits[{i}].page_size {:?}: not a page size such as 2MB or 1GB",
+                echo(&h.page_size)
+            )));
+        }
+    }
+    for (k, v) in &r.unified {
+        if k.is_empty() || k.contains(['/', '\0']) || k.starts_with('.') || v.contains('\0') {
+            return Err(Error::invalid(format!(
+                "unified {:?}: not a cgroup file name (or its value holds NUL)",
+                echo(k)
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// What the host's cgroup setup supports, for the limits that depend on it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +182,7 @@ pub fn apply(
     support: CgroupSupport,
     res: &mut LinuxResources,
 ) -> Result<()> {
+    validate(r, None).map_err(|e| e.context(format!("container {container}")))?;
     let mut cpu = LinuxCpu::default();
     cpu.set_period(r.cpu_period.filter(|p| *p != 0));
     cpu.set_quota(r.cpu_quota.filter(|q| *q != 0));
@@ -44,11 +197,6 @@ pub fn apply(
     let limit = r.memory_limit_in_bytes.filter(|l| *l != 0);
     let swap = r.memory_swap_limit_in_bytes.filter(|s| *s != 0);
     if let Some(l) = limit {
-        if l < 0 && l != -1 {
-            return Err(Error::invalid(format!(
-                "container {container}: memory_limit_in_bytes {l} is negative"
-            )));
-        }
         mem.set_limit(Some(l));
         if swap.is_none() && support.swap {
             mem.set_swap(Some(l));
@@ -262,6 +410,124 @@ mod tests {
         };
         let res = apply_to(&r, v2).expect("v2");
         assert_eq!(res.unified().as_ref().map(|u| u.len()), Some(1));
+    }
+
+    #[test]
+    fn out_of_range_limits_are_invalid_naming_field_and_range() {
+        let host = HostCpus {
+            cpus: "0-1".into(),
+            mems: "0".into(),
+        };
+        let check = |r: Resources| validate(&r, Some(&host));
+        check(Resources {
+            cpu_shares: Some(1024),
+            cpu_period: Some(100_000),
+            cpu_quota: Some(-1),
+            cpuset_cpus: Some("0-1".into()),
+            cpuset_mems: Some("0".into()),
+            memory_limit_in_bytes: Some(64 << 20),
+            memory_swap_limit_in_bytes: Some(-1),
+            oom_score_adj: Some(-999),
+            ..Default::default()
+        })
+        .expect("what the kubelet sends");
+        let max = i64::MAX as u64;
+        for (r, needles) in [
+            (
+                Resources {
+                    cpu_shares: Some(max),
+                    ..Default::default()
+                },
+                ["cpu_shares", "2-262144"],
+            ),
+            (
+                Resources {
+                    cpu_shares: Some(1),
+                    ..Default::default()
+                },
+                ["cpu_shares", "2-262144"],
+            ),
+            (
+                Resources {
+                    cpu_quota: Some(i64::MAX),
+                    ..Default::default()
+                },
+                ["cpu_quota", "-1"],
+            ),
+            (
+                Resources {
+                    cpu_quota: Some(-5),
+                    ..Default::default()
+                },
+                ["cpu_quota", "1000-"],
+            ),
+            (
+                Resources {
+                    cpu_period: Some(1_000_000_000_000),
+                    ..Default::default()
+                },
+                ["cpu_period", "1000-1000000"],
+            ),
+            (
+                Resources {
+                    cpuset_cpus: Some("9999".into()),
+                    ..Default::default()
+                },
+                ["cpuset_cpus", "9999 is not online"],
+            ),
+            (
+                Resources {
+                    cpuset_cpus: Some("garbage".into()),
+                    ..Default::default()
+                },
+                ["cpuset_cpus", "not a number"],
+            ),
+            (
+                Resources {
+                    cpuset_cpus: Some("1-0".into()),
+                    ..Default::default()
+                },
+                ["cpuset_cpus", "backwards"],
+            ),
+            (
+                Resources {
+                    cpuset_mems: Some("3".into()),
+                    ..Default::default()
+                },
+                ["cpuset_mems", "not online"],
+            ),
+            (
+                Resources {
+                    memory_swap_limit_in_bytes: Some(-5),
+                    ..Default::default()
+                },
+                ["memory_swap_limit_in_bytes", "-5"],
+            ),
+            (
+                Resources {
+                    memory_limit_in_bytes: Some(100),
+                    memory_swap_limit_in_bytes: Some(50),
+                    ..Default::default()
+                },
+                ["memory_swap_limit_in_bytes", "below"],
+            ),
+            (
+                Resources {
+                    oom_score_adj: Some(5000),
+                    ..Default::default()
+                },
+                ["oom_score_adj", "-1000-1000"],
+            ),
+        ] {
+            let e = check(r).expect_err("out of range");
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+            for n in needles {
+                assert!(e.message().contains(n), "{e} does not mention {n:?}");
+            }
+        }
+        let huge = "0-".to_string() + &u32::MAX.to_string();
+        assert!(parse_cpuset(&huge).is_err(), "a list too long to expand");
+        assert_eq!(parse_cpuset("0-2,5").expect("list"), vec![0, 1, 2, 5]);
     }
 
     #[test]

@@ -35,6 +35,8 @@ impl Runtime {
             ));
         }
         let sandbox = self.sandbox(sandbox_id)?;
+        let cpus = crate::oci::resources::HostCpus::detect();
+        super::validate::container(&new, sandbox.meta(), &cpus)?;
         let lock = self.sandbox_lock(sandbox.id());
         let _guard = lock.read().await;
         let st = sandbox.status().state();
@@ -121,14 +123,10 @@ impl Runtime {
         new: NewContainer,
     ) -> Result<ContainerMeta> {
         let sb = sandbox.meta();
+        // Checked by validate::log_path: relative below the directory, or absolute without one.
         let log_path = match (sb.request.log_directory.as_str(), new.log_path.as_str()) {
             (_, "") => String::new(),
-            ("", p) if Path::new(p).is_absolute() => p.to_string(),
-            ("", p) => {
-                return Err(Error::invalid(format!(
-                "container config: log_path {p:?} is relative and the sandbox has no log_directory"
-            )))
-            }
+            ("", p) => p.to_string(),
             (dir, p) => Path::new(dir).join(p).to_string_lossy().into_owned(),
         };
         let image_stop_signal = match image.config.config.stop_signal.as_deref() {
@@ -450,6 +448,9 @@ impl Runtime {
                 "container {id}: update resources: container is {st:?}"
             )));
         }
+        let cpus = crate::oci::resources::HostCpus::detect();
+        crate::oci::resources::validate(&resources, Some(&cpus))
+            .map_err(|e| e.context(format!("container {id}: update resources")))?;
         let mut linux = oci_spec::runtime::LinuxResources::default();
         crate::oci::resources::apply(&id, &resources, self.host.cgroup_support(), &mut linux)?;
         let json = serde_json::to_value(&linux)
@@ -529,8 +530,12 @@ impl Runtime {
         require_id("container", id)?;
         if cmd.is_empty() {
             return Err(Error::invalid(format!(
-                "container {id}: exec: cmd is required (the command and its arguments)"
+                "container {}: exec: cmd is required (the command and its arguments)",
+                crate::error::echo(id)
             )));
+        }
+        for (i, a) in cmd.iter().enumerate() {
+            super::validate::no_nul(&format!("exec: cmd[{i}]"), a)?;
         }
         let entry = self.container(id)?;
         let id = entry.id().to_string();

@@ -24,6 +24,7 @@ pub mod status;
 mod stop;
 pub mod store;
 pub mod table;
+mod validate;
 
 #[cfg(test)]
 mod network_tests;
@@ -35,6 +36,8 @@ mod status_tests;
 mod stop_tests;
 #[cfg(test)]
 mod store_tests;
+#[cfg(test)]
+mod validate_tests;
 
 pub use meta::{
     ContainerEntry, ContainerMeta, Dns, NewContainer, PodName, PortMapping, SandboxEntry,
@@ -47,3 +50,4 @@ pub use session::{Session, SessionEnd, StreamRequest, TerminalSize};
 pub use status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
 pub use store::{Meta, StateDir, Status};
 pub use table::{Entry, Filter, Table};
+pub use validate::{log_path as check_log_path, name as check_name, path as check_path};

@@ -13,21 +13,26 @@ use crate::oci::NamespaceMode;
 use crate::sandbox::{DnsConfig, NamespaceOptions, PodFiles, PodFilesConfig, PodNamespaces};
 
 /// The runtime handlers bosun serves ("" is the default).
-const HANDLERS: [&str; 2] = ["", "runc"];
+pub(super) const HANDLERS: [&str; 2] = ["", "runc"];
+
+/// The hostname of a pod whose config names none: its name, cut to a DNS label's 63 bytes.
+pub(super) fn pod_hostname(req: &SandboxRequest) -> String {
+    req.pod.name.chars().take(63).collect()
+}
 
 impl Runtime {
     /// RunPodSandbox: pins the pod's namespaces, writes its files and records it READY; all or
     /// nothing. A second request for the same pod (name, namespace, uid, attempt) while one
     /// exists or is being created fails with AlreadyExists naming the existing id.
     pub async fn run_sandbox(self: &Arc<Self>, req: SandboxRequest) -> Result<String> {
-        validate(&req)?;
+        super::validate::sandbox(&req, self.config.cgroup_driver)?;
         let reservation = self.state.sandboxes.reserve(&req.pod.key())?;
         let id = reservation.id().to_string();
         let dir = self.layout.sandbox_dir(&id);
         let hostname = match (req.network, req.hostname.is_empty()) {
             (NamespaceMode::Node, _) => self.host.hostname.clone(),
             (_, false) => req.hostname.clone(),
-            (_, true) => req.pod.name.chars().take(63).collect(),
+            (_, true) => pod_hostname(&req),
         };
         let meta = SandboxMeta {
             request: req,
@@ -228,34 +233,6 @@ impl Runtime {
         self.emit(EventKind::Deleted, &id, &id);
         Ok(())
     }
-}
-
-/// Metadata and handler checks (the proto conversion checks field presence too).
-fn validate(req: &SandboxRequest) -> Result<()> {
-    let p = &req.pod;
-    for (field, v) in [
-        ("name", &p.name),
-        ("namespace", &p.namespace),
-        ("uid", &p.uid),
-    ] {
-        if v.is_empty() {
-            return Err(Error::invalid(format!(
-                "sandbox config: metadata.{field} is required"
-            )));
-        }
-    }
-    if !HANDLERS.contains(&req.runtime_handler.as_str()) {
-        return Err(Error::invalid(format!(
-            "runtime handler {:?} is not configured (bosun has \"runc\")",
-            req.runtime_handler
-        )));
-    }
-    if req.pid == NamespaceMode::Target {
-        return Err(Error::invalid(
-            "sandbox config: pid namespace mode TARGET is for containers only",
-        ));
-    }
-    Ok(())
 }
 
 impl Runtime {

@@ -162,7 +162,7 @@ impl PodNamespaces {
 }
 
 /// RFC 1123 label rules as the kernel and kubelet accept them: at most 64 bytes.
-fn validate_hostname(h: &str, uts: bool) -> Result<()> {
+pub fn validate_hostname(h: &str, uts: bool) -> Result<()> {
     if !uts {
         return Err(Error::invalid("hostname needs a new UTS namespace"));
     }
@@ -177,7 +177,10 @@ fn validate_hostname(h: &str, uts: bool) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid(format!("hostname {h:?} is not valid")))
+        Err(Error::invalid(format!(
+            "hostname {:?} is not valid (1-64 bytes of dot-separated letters, digits and '-')",
+            crate::error::echo(h)
+        )))
     }
 }
 
