@@ -343,7 +343,10 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{input}");
             let msg = e.to_string();
             assert!(
-                msg.starts_with(&format!("image reference {:?}: ", crate::error::echo(input))),
+                msg.starts_with(&format!(
+                    "image reference {:?}: ",
+                    crate::error::echo(input)
+                )),
                 "{msg}"
             );
             assert!(msg.contains(why), "{input}: {msg}");

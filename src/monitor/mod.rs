@@ -85,7 +85,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
             return 2;
         }
     };
-    let fail = |e: &Error| eprintln!("bosun monitor: container {}: {e}", config.id);
+    let fail = |e: &Error| {
+        let e = crate::error::bounded(&e.to_string(), sync_pipe::MESSAGE_MAX).into_owned();
+        eprintln!("bosun monitor: container {}: {e}", config.id)
+    };
     let sync_fd = match detach::take_sync_fd(config.sync_fd) {
         Ok(fd) => fd,
         Err(e) => {

@@ -4,6 +4,9 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 
+/// The longest failure message sent: it echoes paths from the request (issue 16 item 7).
+pub const MESSAGE_MAX: usize = 4 << 10;
+
 /// The daemon's end of the start handshake: `{"monitor_pid": N, "init_pid": N}` or
 /// `{"error": "…"}`, one line, then end of file. Writes never block (a pipe holds far more
 /// than one line) and a daemon that went away is not an error for the monitor.
@@ -27,8 +30,10 @@ impl SyncPipe {
         self.send(&serde_json::json!({"monitor_pid": monitor_pid, "init_pid": init_pid}));
     }
 
-    /// Creation failed: report why and close. A no-op after `ready`.
+    /// Creation failed: report why (at most [`MESSAGE_MAX`] bytes of it) and close. A no-op
+    /// after `ready`.
     pub fn fail(&mut self, message: &str) {
+        let message = crate::error::bounded(message, MESSAGE_MAX);
         self.send(&serde_json::json!({ "error": message }));
     }
 
@@ -59,6 +64,24 @@ mod tests {
         assert_eq!(
             text,
             "{\"error\":\"runc create failed: boom \\\"quoted\\\"\"}\n"
+        );
+    }
+
+    #[test]
+    fn long_failures_are_cut() {
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
+        let writer = std::thread::spawn(move || SyncPipe::new(w).fail(&"x".repeat(1 << 20)));
+        let mut text = String::new();
+        File::from(r)
+            .read_to_string(&mut text)
+            .expect("read to eof");
+        writer.join().expect("writer");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let msg = v["error"].as_str().expect("error");
+        assert!(
+            msg.len() < MESSAGE_MAX + 64 && msg.ends_with("more bytes]"),
+            "{}",
+            msg.len()
         );
     }
 

@@ -19,8 +19,13 @@ use crate::sys::{CommandExt, PidFd};
 
 /// The descriptor number the sync pipe gets in the monitor.
 const SYNC_FD: i32 = 3;
-/// The longest sync message read.
+/// The longest sync message kept (the rest of a longer one is read and dropped).
 const SYNC_MAX: usize = 64 << 10;
+/// The most of the monitor's stderr kept for an error message (the rest is read and dropped).
+const STDERR_MAX: usize = 4 << 10;
+/// How long the pipes may stay open after the spawned process exited (a forked monitor closes
+/// its copy of stderr at once).
+const PIPE_GRACE: Duration = Duration::from_secs(2);
 
 /// What [`launch_monitor`] passes to `bosun monitor` (paths absolute; see its interface).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,19 +152,44 @@ pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
             format!("spawn {}: {e}", program.display()),
         )
     })?;
+    // Both pipes are read while the process runs: a monitor that fails with a message longer
+    // than a pipe buffer would otherwise block writing it while we wait for its exit (issue 16
+    // item 7: CreateContainer stuck for the whole timeout with the pod's locks held).
+    let mut stderr = Box::pin(read_bounded(child.stderr.take(), STDERR_MAX));
+    let mut sync = Box::pin(read_line(read));
     let work = async {
-        let status = child.wait().await?;
+        let (mut err_text, mut sync_line) = (None, None);
+        let status = loop {
+            tokio::select! {
+                st = child.wait() => break st?,
+                e = &mut stderr, if err_text.is_none() => err_text = Some(e),
+                s = &mut sync, if sync_line.is_none() => sync_line = Some(s),
+            }
+        };
         if !status.success() {
             // Not forked: the process is gone, its stderr (and maybe the pipe) has the reason.
-            let mut err = String::new();
-            if let Some(mut stderr) = child.stderr.take() {
-                let _ = stderr.read_to_string(&mut err).await;
-            }
-            let sync = read_line(read).await.unwrap_or_default();
-            return Ok::<_, std::io::Error>(Err((status.to_string(), err, sync)));
+            let err = match err_text {
+                Some(e) => e,
+                None => tokio::time::timeout(PIPE_GRACE, stderr)
+                    .await
+                    .unwrap_or_default(),
+            };
+            let sync = match sync_line {
+                Some(s) => s,
+                None => tokio::time::timeout(PIPE_GRACE, sync)
+                    .await
+                    .unwrap_or(Ok(String::new())),
+            };
+            return Ok::<_, std::io::Error>(Err((
+                status.to_string(),
+                err,
+                sync.unwrap_or_default(),
+            )));
         }
-        drop(child.stderr.take());
-        Ok(Ok(read_line(read).await?))
+        match sync_line {
+            Some(line) => Ok(Ok(line?)),
+            None => Ok(Ok(sync.await?)),
+        }
     };
     let outcome = tokio::time::timeout(args.timeout, work)
         .await
@@ -205,20 +235,43 @@ fn sync_error(line: &str) -> Option<String> {
         .map(|f| f.error)
 }
 
-/// Reads one line (or up to EOF, at most [`SYNC_MAX`] bytes) from the pipe's read end.
+/// Reads one line (up to a newline or EOF) from the pipe's read end, keeping at most
+/// [`SYNC_MAX`] bytes of it: the rest of an overlong line is read and dropped, so the writer
+/// never blocks on us.
 async fn read_line(fd: OwnedFd) -> std::io::Result<String> {
     let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    while !buf.contains(&b'\n') && buf.len() < SYNC_MAX {
+    loop {
         let n = pipe.read(&mut chunk).await?;
+        let got = &chunk[..n];
+        let line_end = got.iter().position(|&b| b == b'\n');
+        let take = line_end
+            .unwrap_or(n)
+            .min(SYNC_MAX.saturating_sub(buf.len()));
+        buf.extend_from_slice(&got[..take]);
+        if n == 0 || line_end.is_some() {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Reads `pipe` to EOF, keeping its first `max` bytes (lossy UTF-8) and dropping the rest.
+async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(pipe: Option<R>, max: usize) -> String {
+    let Some(mut pipe) = pipe else {
+        return String::new();
+    };
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = pipe.read(&mut chunk).await {
         if n == 0 {
             break;
         }
-        buf.extend_from_slice(&chunk[..n]);
+        let take = n.min(max.saturating_sub(buf.len()));
+        buf.extend_from_slice(&chunk[..take]);
     }
-    let end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
-    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// How a container ended, as far as its monitor recorded it.
@@ -379,6 +432,43 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
         args.timeout = Duration::from_millis(300);
         let e = launch_monitor(&args).await.expect_err("timeout");
         assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "{e}");
+    }
+
+    /// Issue 16 item 7: a monitor failing with a message far longer than a pipe buffer, on
+    /// stderr or on the sync pipe, is read while it runs: the error comes at once, bounded.
+    #[tokio::test]
+    async fn a_long_failure_message_neither_blocks_nor_floods() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for script in [
+            // 256 KiB on stderr, then exit 1 (what a 64 KiB log path made the monitor say).
+            "head -c 262144 /dev/zero | tr '\\0' x >&2; exit 1",
+            // A 256 KiB `{"error": …}` on the sync pipe, then exit 1.
+            "printf '{\"error\": \"' >&3; head -c 262144 /dev/zero | tr '\\0' y >&3; \
+             printf '\"}\\n' >&3; exit 1",
+            // The same after the fork: the report is all that is read.
+            "(printf '{\"error\": \"' >&3; head -c 262144 /dev/zero | tr '\\0' z >&3; \
+             printf '\"}\\n' >&3) & exit 0",
+        ] {
+            let mut args = program(dir.path(), script);
+            args.timeout = Duration::from_secs(20);
+            let t = std::time::Instant::now();
+            let e = launch_monitor(&args).await.expect_err("the monitor failed");
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{:?}: {script}",
+                t.elapsed()
+            );
+            assert_eq!(e.kind(), ErrorKind::Internal, "{script}: {e}");
+            assert!(
+                e.message().len() <= SYNC_MAX + 256,
+                "{} bytes",
+                e.message().len()
+            );
+            assert!(
+                e.message().starts_with("container c1: start monitor: "),
+                "{script}"
+            );
+        }
     }
 
     #[tokio::test]
