@@ -239,6 +239,16 @@ impl Cni {
             .map_err(|e| Error::internal(format!("write CNI record: {e}")))?
     }
 
+    /// Removes sandbox `id`'s record (DEL done, or never possible).
+    fn forget(&self, id: &str) -> Result<()> {
+        match std::fs::remove_file(self.record_path(id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::internal(format!("remove CNI record of {id}: {e}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn read_record(&self, id: &str) -> Result<Option<Record>> {
         let path = self.record_path(id);
         match std::fs::read(&path) {
@@ -249,6 +259,37 @@ impl Cni {
             Err(e) => Err(Error::internal(format!("read {}: {e}", path.display()))),
         }
     }
+}
+
+/// The longest environment string exec(2) accepts (MAX_ARG_STRLEN: 32 pages, with the NUL).
+const ARG_STRLEN_MAX: usize = 32 * 4096;
+
+/// Why the kernel would refuse to exec a plugin with `pod`'s environment (E2BIG): such a call
+/// can never run, whatever is retried. `None` when it fits.
+fn exec_refused(pod: &PodNetwork, bin_dirs: &[PathBuf]) -> Option<String> {
+    let env = invoke::env(Command::Del, pod, POD_IFNAME, &pod.netns, bin_dirs);
+    env.iter()
+        .find(|(k, v)| k.len() + v.len() + 2 > ARG_STRLEN_MAX)
+        .map(|(k, v)| {
+            format!(
+                "{k} is {} bytes, exec takes at most {ARG_STRLEN_MAX}",
+                v.len()
+            )
+        })
+}
+
+/// A record's steps with their network configs, or why it cannot be read.
+fn usable_steps(bytes: &[u8]) -> std::result::Result<Vec<(NetworkList, RecordStep)>, String> {
+    let rec: Record = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    rec.steps
+        .into_iter()
+        .map(|s| {
+            Ok((
+                NetworkList::from_raw(&s.list).map_err(|e| e.to_string())?,
+                s,
+            ))
+        })
+        .collect()
 }
 
 fn not_ready(e: Error) -> Error {
@@ -302,6 +343,12 @@ impl Network for Cni {
     }
 
     async fn attach(&self, pod: &PodNetwork) -> Result<Attachment> {
+        if let Some(why) = exec_refused(pod, &self.cfg.bin_dirs) {
+            return Err(Error::invalid(format!(
+                "sandbox {}: CNI ADD: {why}",
+                pod.id
+            )));
+        }
         let r = self.ready()?;
         let mut rec = Record {
             network: r.name.clone(),
@@ -342,22 +389,33 @@ impl Network for Cni {
         })
     }
 
+    /// A DEL that can never run (its record is not JSON or not a network config we can read,
+    /// or its environment is more than exec takes, and then ADD could not run either) is given
+    /// up with a warning, so the sandbox can still be removed (issue 16 item 8). A DEL that ran
+    /// and failed, timed out or found no plugin keeps the record for the next try.
     async fn detach(&self, pod: &PodNetwork) -> Result<()> {
-        let Some(rec) = self.read_record(&pod.id)? else {
-            return Ok(());
+        let path = self.record_path(&pod.id);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::internal(format!("read {}: {e}", path.display()))),
         };
-        for step in rec.steps.iter().rev() {
-            let list = NetworkList::from_raw(&step.list)?;
-            self.run_list(Command::Del, &list, &step.ifname, pod, step.result.clone())
+        let steps = match usable_steps(&bytes) {
+            Ok(steps) => exec_refused(pod, &self.cfg.bin_dirs).map_or(Ok(steps), Err),
+            Err(e) => Err(format!("record {}: {e}", path.display())),
+        };
+        let steps = match steps {
+            Ok(steps) => steps,
+            Err(why) => {
+                tracing::warn!(sandbox = %pod.id, "CNI DEL can never run ({why}); given up");
+                return self.forget(&pod.id);
+            }
+        };
+        for (list, step) in steps.iter().rev() {
+            self.run_list(Command::Del, list, &step.ifname, pod, step.result.clone())
                 .await?;
         }
-        match std::fs::remove_file(self.record_path(&pod.id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::internal(format!(
-                "remove CNI record of {}: {e}",
-                pod.id
-            ))),
-            _ => Ok(()),
-        }
+        self.forget(&pod.id)
     }
 
     async fn check(&self, pod: &PodNetwork) -> Result<()> {

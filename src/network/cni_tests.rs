@@ -288,3 +288,57 @@ async fn pod_cidr_replaces_the_subnet_and_survives_a_restart() {
     again.set_pod_cidr("").expect("clear");
     assert!(env.cni().status().message.contains("10.86.0.0/16"));
 }
+
+/// Issue 16 item 8: a DEL that can never run (CNI_ARGS longer than exec takes, an unreadable
+/// record) is given up so the sandbox can be removed; a DEL whose plugin fails stays pending.
+#[tokio::test]
+async fn a_del_that_can_never_run_is_given_up_but_a_failing_one_is_retried() {
+    let env = Env::new(&["bridge"]);
+    let del_fails = env.dir.path().join("bin/flaky");
+    crate::testutil::script(
+        &del_fails,
+        "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = DEL ] && [ ! -e \"$(dirname \"$0\")/ok\" ]; then echo '{\"code\":11,\"msg\":\"busy\"}'; exit 1; fi\necho '{\"cniVersion\":\"1.0.0\"}'\n",
+    );
+    env.write_conf(
+        "10-f.conflist",
+        r#"{"cniVersion":"1.0.0","name":"f","plugins":[{"type":"bridge"},{"type":"flaky"}]}"#,
+    );
+    let cni = env.cni();
+    let record = |id: &str| env.dir.path().join("cache").join(format!("{id}.json"));
+
+    // Transient: the plugin's DEL fails; the record stays and a later DEL finishes the job.
+    cni.attach(&pod("sb-flaky")).await.expect("attach");
+    let e = cni.detach(&pod("sb-flaky")).await.expect_err("DEL fails");
+    assert!(e.to_string().contains("busy"), "{e}");
+    assert!(
+        record("sb-flaky").exists(),
+        "a failed DEL must not count as done"
+    );
+    std::fs::write(env.dir.path().join("bin/ok"), "").expect("ok");
+    cni.detach(&pod("sb-flaky"))
+        .await
+        .expect("DEL succeeds now");
+    assert!(!record("sb-flaky").exists());
+
+    // Never: metadata so large that CNI_ARGS exceeds what exec takes. ADD refuses up front;
+    // a record left by an older daemon that tried is dropped by DEL without running a plugin.
+    let mut huge = pod("sb-huge");
+    huge.name = "n".repeat(64 << 10);
+    huge.uid = "u".repeat(64 << 10);
+    let e = cni.attach(&huge).await.expect_err("ADD cannot run");
+    assert_eq!(e.kind(), crate::error::ErrorKind::InvalidArgument, "{e}");
+    assert!(
+        !record("sb-huge").exists(),
+        "refused before the record is written"
+    );
+    std::fs::write(record("sb-huge"), r#"{"network":"f","steps":[{"ifname":"eth0","list":{"cniVersion":"1.0.0","name":"f","plugins":[{"type":"bridge"}]}}]}"#).expect("record");
+    env.clear_calls();
+    cni.detach(&huge).await.expect("given up");
+    assert!(!record("sb-huge").exists());
+    assert!(env.calls().is_empty(), "no plugin ran: {:?}", env.calls());
+
+    // Never: a record that is not JSON.
+    std::fs::write(record("sb-bad"), "{not json").expect("record");
+    cni.detach(&pod("sb-bad")).await.expect("given up");
+    assert!(!record("sb-bad").exists());
+}
