@@ -20,7 +20,12 @@ PACKAGES=(
   jq
   attr            # getfattr, to check unpacked xattrs
   openssl         # throwaway CA for the TLS registry test
+  python3-venv    # the venv for grpcio (a grpc-core client in the hostile-input tests)
 )
+
+# A grpc-core client (Python grpcio from PyPI) for the tests: grpc-core sends the CRI socket
+# path percent-encoded as :authority, which must be accepted (issue 16).
+GRPCIO_VERSION=1.85.3
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup: must run as root" >&2
@@ -50,6 +55,12 @@ if [ ! -d /run/systemd/system ]; then
 fi
 
 cd "$ROOT"
+venv="$ROOT/target/grpcio-venv"
+if ! "$venv/bin/python" -c "import grpc; assert grpc.__version__ == '$GRPCIO_VERSION'" 2>/dev/null; then
+  echo "setup: installing grpcio $GRPCIO_VERSION into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "grpcio==$GRPCIO_VERSION"
+fi
 # The grpc.health.v1 server of the grpc-health test image (grpc probe tests and examples/grpc.yaml).
 cargo build --release --example grpc-health
 python3 hack/testimages.py build --out test-images

@@ -29,6 +29,8 @@ pub enum Need {
     Cni,
     /// `kubectl` in PATH (client-go's SPDY and WebSocket clients).
     Kubectl,
+    /// Python grpcio (a grpc-core client) in the venv hack/setup.sh makes; see [`grpcio_python`].
+    GrpcIo,
 }
 
 fn unmet(need: Need) -> Option<String> {
@@ -60,8 +62,20 @@ fn unmet(need: Need) -> Option<String> {
         Need::Kubectl if kubectl_bin().is_none() => {
             Some("needs kubectl in PATH (client-go's streaming clients)".into())
         }
+        Need::GrpcIo if !grpcio_python().is_file() => Some(format!(
+            "needs Python grpcio at {} (run hack/setup.sh)",
+            grpcio_python().display()
+        )),
         _ => None,
     }
+}
+
+/// The Python of the venv with grpcio: `$BOSUN_GRPCIO_PYTHON`, else
+/// `target/grpcio-venv/bin/python` (made by hack/setup.sh).
+pub fn grpcio_python() -> PathBuf {
+    std::env::var_os("BOSUN_GRPCIO_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/grpcio-venv/bin/python"))
 }
 
 /// `kubectl` in PATH.

@@ -1,5 +1,6 @@
 //! The daemon: take the root and state locks, open the stores, bind the socket, serve CRI and bosun.v1 until a signal.
 
+pub mod authority;
 pub mod lock;
 pub mod logging;
 pub mod socket;
@@ -92,7 +93,7 @@ pub async fn run(config: Config) -> Result<()> {
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
         )
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+        .serve_with_incoming_shutdown(incoming(listener), async {
             let _ = stop_rx.await;
         });
     let mut server = tokio::spawn(server);
@@ -127,6 +128,15 @@ pub async fn run(config: Config) -> Result<()> {
         .map_err(|e| Error::internal(format!("serve {}: {e}", config.socket.display())))?;
     tracing::info!("bosun stopped");
     Ok(())
+}
+
+/// The socket's connections, each behind [`authority::AuthorityFix`] so that grpc-core
+/// clients' percent-encoded `:authority` is accepted (issue 16 item 10).
+fn incoming(
+    listener: tokio::net::UnixListener,
+) -> impl futures::Stream<Item = std::io::Result<authority::AuthorityFix<tokio::net::UnixStream>>> {
+    use tokio_stream::StreamExt;
+    UnixListenerStream::new(listener).map(|conn| conn.map(authority::AuthorityFix::new))
 }
 
 /// Starts the `/metrics` endpoint when `metrics_address` is set.
