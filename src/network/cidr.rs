@@ -21,7 +21,12 @@ impl std::fmt::Display for Cidr {
 
 /// Parses `10.1.2.3/16` or `fd00::1/64`; the prefix must fit the family.
 pub fn parse(s: &str) -> Result<Cidr> {
-    let bad = || Error::invalid(format!("{s:?} is not an address/prefix"));
+    let bad = || {
+        Error::invalid(format!(
+            "{:?} is not an address/prefix",
+            crate::error::echo(s)
+        ))
+    };
     let (a, p) = s.trim().split_once('/').ok_or_else(bad)?;
     let addr: IpAddr = a.parse().map_err(|_| bad())?;
     let prefix: u8 = p.parse().map_err(|_| bad())?;
@@ -46,7 +51,8 @@ pub fn parse_list(s: &str) -> Result<Vec<Cidr>> {
     let v4 = list.iter().filter(|c| c.addr.is_ipv4()).count();
     if v4 > 1 || list.len() - v4 > 1 {
         return Err(Error::invalid(format!(
-            "{s:?}: at most one IPv4 and one IPv6 subnet"
+            "{:?}: at most one IPv4 and one IPv6 subnet",
+            crate::error::echo(s)
         )));
     }
     Ok(list)

@@ -13,6 +13,9 @@ use super::status::{now_ns, reason_for, ContainerState, EXIT_CODE_UNKNOWN, REASO
 use crate::error::Result;
 use crate::oci::ContainerExit;
 
+/// The longest stop grace honoured (100 years): StopContainer timeouts are clamped to it.
+const MAX_GRACE_SECS: i64 = 100 * 365 * 24 * 3600;
+
 impl Runtime {
     /// StopContainer: the stop signal (CRI stop_signal, else the image's STOPSIGNAL, else
     /// SIGTERM), then SIGKILL of every process at `now + timeout_secs` (`<= 0`: at once), then
@@ -41,7 +44,8 @@ impl Runtime {
             }
             return Ok(());
         }
-        let grace = Duration::from_secs(timeout_secs.max(0).unsigned_abs());
+        // A grace beyond a century is the same wish; Instant + i64::MAX seconds would panic.
+        let grace = Duration::from_secs(timeout_secs.clamp(0, MAX_GRACE_SECS).unsigned_abs());
         let deadline = Instant::now() + grace;
         if let StopRequest::Start(deadline_rx) = handle.request_stop(deadline) {
             let rt = self.clone();

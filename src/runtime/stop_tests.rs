@@ -134,6 +134,24 @@ async fn term_ignored_means_sigkill_of_everything_at_the_deadline() {
     assert_eq!(st.exit_code, 137);
 }
 
+/// Issue 16: a timeout of i64::MAX seconds (a caller's "never") overflowed the deadline and
+/// panicked the stop task; it now waits like any long grace, and a later stop shortens it.
+#[tokio::test(start_paused = true)]
+async fn an_endless_timeout_is_a_long_grace_not_a_panic() {
+    let fx = fixture();
+    let id = running(&fx, "web", None, None);
+    let exited = exit_on(&fx, &id, None);
+    let rt = fx.rt.clone();
+    let id2 = id.clone();
+    let endless = tokio::spawn(async move { rt.stop_container(&id2, i64::MAX).await });
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(!endless.is_finished(), "the stop ended early");
+    fx.rt.stop_container(&id, 0).await.expect("stop now");
+    exited.await.expect("exit task");
+    endless.await.expect("no panic").expect("stop");
+    assert_eq!(kills(&fx, &id).first(), Some(&(libc::SIGTERM, false)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn honoured_signal_ends_it_without_a_kill() {
     let fx = fixture();

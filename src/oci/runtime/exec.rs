@@ -120,7 +120,8 @@ pub(crate) async fn run(
             read_capped(stderr, &mut err, cap)
         )
     });
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    // A timeout past what the clock can hold (ExecSync's i64::MAX seconds) is no deadline.
+    let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
     let expired = async {
         match deadline {
             Some(d) => tokio::time::sleep_until(d).await,
