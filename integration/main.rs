@@ -12,6 +12,8 @@ mod cri_stats;
 mod cri_stop;
 mod cri_streaming;
 mod daemon;
+mod hostile;
+mod hostile_cases;
 mod images;
 mod images_hostile;
 mod kubectl;
@@ -51,6 +53,7 @@ fn main() {
     trials.extend(cri_recovery::trials());
     trials.extend(cri_stats::trials());
     trials.extend(daemon::trials());
+    trials.extend(hostile::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());
     trials.extend(kubectl::trials());
