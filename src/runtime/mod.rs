@@ -37,6 +37,8 @@ mod stop_tests;
 #[cfg(test)]
 mod store_tests;
 #[cfg(test)]
+mod validate_fuzz;
+#[cfg(test)]
 mod validate_tests;
 
 pub use meta::{
