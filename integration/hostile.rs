@@ -96,7 +96,7 @@ fn alive(d: &Daemon, pid: u32) -> bool {
 /// Sends `call`; the answer as a gRPC status (OK for success).
 async fn send(rt: &mut Rt, images: &mut ImageServiceClient<Channel>, call: Call) -> tonic::Status {
     let r: Result<(), tonic::Status> = match call {
-        Call::RunPod(r) => rt.run_pod_sandbox(r).await.map(drop),
+        Call::RunPod(r) => rt.run_pod_sandbox(*r).await.map(drop),
         Call::StopPod(id) => rt
             .stop_pod_sandbox(pb::StopPodSandboxRequest { pod_sandbox_id: id })
             .await
@@ -120,7 +120,7 @@ async fn send(rt: &mut Rt, images: &mut ImageServiceClient<Channel>, call: Call)
             .list_pod_sandbox(pb::ListPodSandboxRequest { filter: Some(f) })
             .await
             .map(drop),
-        Call::Create(r) => rt.create_container(r).await.map(drop),
+        Call::Create(r) => rt.create_container(*r).await.map(drop),
         Call::Start(id) => rt
             .start_container(pb::StartContainerRequest { container_id: id })
             .await

@@ -12,13 +12,13 @@ use crate::support::Daemon;
 /// One request.
 #[derive(Debug, Clone)]
 pub enum Call {
-    RunPod(pb::RunPodSandboxRequest),
+    RunPod(Box<pb::RunPodSandboxRequest>),
     StopPod(String),
     RemovePod(String),
     PodStatus(String),
     PodStats(String),
     ListPods(pb::PodSandboxFilter),
-    Create(pb::CreateContainerRequest),
+    Create(Box<pb::CreateContainerRequest>),
     Start(String),
     Stop(String, i64),
     Remove(String),
@@ -134,10 +134,10 @@ fn ids(out: &mut Vec<Case>) {
 }
 
 fn run(config: pb::PodSandboxConfig, handler: &str) -> Call {
-    Call::RunPod(pb::RunPodSandboxRequest {
+    Call::RunPod(Box::new(pb::RunPodSandboxRequest {
         config: Some(config),
         runtime_handler: handler.into(),
-    })
+    }))
 }
 
 fn dns(servers: &[&str], searches: &[&str], options: &[&str]) -> Option<pb::DnsConfig> {
@@ -241,16 +241,16 @@ fn sandboxes(out: &mut Vec<Case>, d: &Daemon) {
         run(good, &huge('k')),
         handler,
     ));
-    let none = Call::RunPod(Default::default());
+    let none = Call::RunPod(Box::default());
     out.push(case("RunPodSandbox: no config", none, invalid(&["config"])));
 }
 
 fn create(pod: &Pod, c: pb::ContainerConfig) -> Call {
-    Call::Create(pb::CreateContainerRequest {
+    Call::Create(Box::new(pb::CreateContainerRequest {
         pod_sandbox_id: pod.id.clone(),
         config: Some(c),
         sandbox_config: Some(pod.config.clone()),
-    })
+    }))
 }
 
 fn mount(host: &str, container: &str) -> pb::Mount {
@@ -368,7 +368,7 @@ fn containers(out: &mut Vec<Case>, pod: &Pod, busybox: &str) {
     let no_config = invalid(&["config"]);
     out.push(case(
         "CreateContainer: no config",
-        Call::Create(empty),
+        Call::Create(Box::new(empty)),
         no_config,
     ));
     let unknown = Pod {

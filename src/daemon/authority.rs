@@ -133,10 +133,10 @@ impl<S> AuthorityFix<S> {
         let decoder = match (&mut self.mode, &parts) {
             (Mode::Sniffing(d) | Mode::Rewrite(d, _), Some(_)) => d,
             // Malformed padding (h2 reports it), or nothing to rewrite.
-            _ => return Ok(self.pass(frames)),
+            _ => return self.pass(frames),
         };
         let Some((fragment, first_flags, priority)) = parts else {
-            return Ok(self.pass(frames));
+            return self.pass(frames);
         };
         let headers = match decoder.decode(&fragment) {
             Ok(h) => h,
@@ -144,7 +144,7 @@ impl<S> AuthorityFix<S> {
                 // Not HPACK we understand: h2 gets the bytes and reports the error itself.
                 tracing::debug!("HTTP/2 header block not decoded ({e:?}): passed through");
                 self.mode = Mode::Passthrough;
-                return Ok(self.pass(frames));
+                return self.pass(frames);
             }
             Err(e) => return Err(io::Error::other(format!("HPACK: {e:?}"))),
         };
@@ -162,11 +162,11 @@ impl<S> AuthorityFix<S> {
                     );
                     self.mode = Mode::Rewrite(d, Box::default());
                 }
-                _ => return Ok(self.pass(frames)),
+                _ => return self.pass(frames),
             }
         }
         let Mode::Rewrite(_, encoder) = &mut self.mode else {
-            return Ok(self.pass(frames));
+            return self.pass(frames);
         };
         let fixed = headers.iter().map(|(n, v)| {
             let v = if n == b":authority" && invalid(v) {
@@ -189,9 +189,10 @@ impl<S> AuthorityFix<S> {
     }
 
     /// Passes `frames` on as they came.
-    fn pass(&mut self, frames: Vec<BytesMut>) {
+    fn pass(&mut self, frames: Vec<BytesMut>) -> io::Result<()> {
         self.block = frames;
         self.flush_block();
+        Ok(())
     }
 }
 

@@ -69,7 +69,10 @@ async fn through_fix(input: Vec<u8>) -> Vec<u8> {
 }
 
 /// Parses h2's view: header lists (decoded with one HPACK decoder, as h2 does) and DATA.
-fn server_view(bytes: &[u8]) -> (Vec<Vec<(Vec<u8>, Vec<u8>)>>, usize) {
+/// One decoded header list.
+type HeaderList = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn server_view(bytes: &[u8]) -> (Vec<HeaderList>, usize) {
     assert!(bytes.starts_with(CLIENT_PREFACE));
     let mut rest = &bytes[CLIENT_PREFACE.len()..];
     let mut dec = Decoder::new();

@@ -6,6 +6,9 @@ use crate::config::CgroupDriver;
 use crate::error::{ErrorKind, Result};
 use crate::oci::resources::HostCpus;
 
+/// An edit of a good request that makes it bad.
+type Change<T> = Box<dyn Fn(&mut T)>;
+
 fn invalid(r: Result<()>, needles: &[&str]) {
     let e = r.expect_err("an InvalidArgument error");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
@@ -68,7 +71,7 @@ fn oversized_or_odd_metadata_is_refused_by_field() {
 
 #[test]
 fn sandbox_fields_are_checked_before_anything_is_made() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut SandboxRequest)>)> = vec![
+    let cases: Vec<(&str, Change<SandboxRequest>)> = vec![
         (
             "log_directory",
             Box::new(|p| p.log_directory = "logs/here".into()),
@@ -205,7 +208,7 @@ fn container_fields_are_checked() {
         c
     };
     container(&base(), &sb, &cpus).expect("a plain container");
-    let cases: Vec<(&str, Box<dyn Fn(&mut NewContainer)>)> = vec![
+    let cases: Vec<(&str, Change<NewContainer>)> = vec![
         (
             "log_path",
             Box::new(|c| c.log_path = "../../../../etc/shadow".into()),
