@@ -15,9 +15,14 @@ use crate::sandbox::{DnsConfig, NamespaceOptions, PodFiles, PodFilesConfig, PodN
 /// The runtime handlers bosun serves ("" is the default).
 pub(super) const HANDLERS: [&str; 2] = ["", "runc"];
 
-/// The hostname of a pod whose config names none: its name, cut to a DNS label's 63 bytes.
+/// The hostname of a pod whose config names none (crictl, critest; the kubelet always sends
+/// one): its name with `_` as `-`, cut to a DNS label's 63 bytes, without a trailing `-` or
+/// `.` (critest's names are a prefix and a UUID, which the cut can end on a `-`).
 pub(super) fn pod_hostname(req: &SandboxRequest) -> String {
-    req.pod.name.chars().take(63).collect()
+    let name: String = req.pod.name.chars().take(63).collect();
+    name.replace('_', "-")
+        .trim_end_matches(['-', '.'])
+        .to_string()
 }
 
 impl Runtime {

@@ -79,7 +79,7 @@ fn sandbox_fields_are_checked_before_anything_is_made() {
         ("hostname", Box::new(|p| p.hostname = "bad_host".into())),
         (
             "hostname (from metadata.name)",
-            Box::new(|p| p.pod.name = "a_b".into()),
+            Box::new(|p| p.pod.name = "...".into()),
         ),
         (
             "port_mappings[0].container_port",
@@ -138,8 +138,20 @@ fn sandbox_fields_are_checked_before_anything_is_made() {
     }
     let mut host_net = pod();
     host_net.network = crate::oci::NamespaceMode::Node;
-    host_net.pod.name = "a_b".into();
+    host_net.pod.name = "...".into();
     check(&host_net).expect("no hostname is derived for host-network pods");
+    let mut cut = pod();
+    // critest: a prefix and a UUID, cut at 63 bytes right after one of the UUID's dashes.
+    cut.pod.name = format!(
+        "{}-{}",
+        "p".repeat(54),
+        "0b5d3f4e-8a0c-4a57-9d3a-1f2e3d4c5b6a"
+    );
+    cut.pod.name.replace_range(62..63, "-");
+    check(&cut).expect("the derived hostname drops a trailing '-'");
+    let mut underscore = pod();
+    underscore.pod.name = "web_0".into();
+    check(&underscore).expect("'_' becomes '-' in a derived hostname");
     let mut systemd = pod();
     systemd.cgroup_parent = "kubepods-burstable.slice".into();
     sandbox(&systemd, CgroupDriver::Systemd).expect("a slice name for the systemd driver");
