@@ -79,6 +79,10 @@ pub trait CommandExt {
     /// In the child: `fd` duplicated to `target` (without close-on-exec). `fd` is moved into
     /// the command and closed in the parent when the command is dropped.
     fn inherit_fd_as(&mut self, fd: OwnedFd, target: RawFd) -> &mut Self;
+    /// In the child: `unshare(flags)` (`CLONE_NEW*` namespace flags only), so the program
+    /// starts in new namespaces; with `CLONE_NEWUSER` the others are owned by the new user
+    /// namespace (the kernel creates it first).
+    fn unshare(&mut self, flags: rustix::thread::UnshareFlags) -> &mut Self;
 }
 
 impl CommandExt for Command {
@@ -113,6 +117,27 @@ impl CommandExt for Command {
                     libc::dup2(raw, target)
                 };
                 if rc < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        }
+    }
+
+    fn unshare(&mut self, flags: rustix::thread::UnshareFlags) -> &mut Self {
+        use rustix::thread::UnshareFlags as F;
+        let namespaces =
+            F::NEWUSER | F::NEWNS | F::NEWNET | F::NEWIPC | F::NEWUTS | F::NEWPID | F::NEWCGROUP;
+        // Anything else (CLONE_FILES, CLONE_FS, ...) is refused in the child before exec.
+        let bits = flags.bits() as libc::c_int;
+        let allowed = namespaces.contains(flags);
+        // SAFETY: unshare is a raw system call (async-signal-safe); the hook allocates nothing.
+        unsafe {
+            self.pre_exec(move || {
+                if !allowed {
+                    return Err(io::Error::from(io::ErrorKind::InvalidInput));
+                }
+                if libc::unshare(bits) != 0 {
                     return Err(io::Error::last_os_error());
                 }
                 Ok(())
@@ -211,5 +236,26 @@ mod tests {
             (stat[0], stat[4])
         };
         assert_eq!(pid, pgid, "{text}");
+    }
+
+    #[test]
+    fn unshare_starts_the_child_in_new_namespaces() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIP unshare_starts_the_child_in_new_namespaces: needs root");
+            return;
+        }
+        let ours = std::fs::read_link("/proc/self/ns/uts").expect("own uts");
+        let out = Command::new("readlink")
+            .arg("/proc/self/ns/uts")
+            .unshare(rustix::thread::UnshareFlags::NEWUTS)
+            .output()
+            .expect("spawn");
+        assert!(out.status.success(), "{out:?}");
+        let theirs = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_ne!(theirs, ours.to_string_lossy(), "same uts namespace");
+        let refused = Command::new("true")
+            .unshare(rustix::thread::UnshareFlags::FILES)
+            .status();
+        assert!(refused.is_err(), "CLONE_FILES must be refused");
     }
 }
