@@ -159,11 +159,8 @@ impl RuntimeService for CriRuntime {
                 conditions: self.conditions(),
             }),
             info,
-            runtime_handlers: vec![pb::RuntimeHandler {
-                name: String::new(),
-                features: Some(pb::RuntimeHandlerFeatures::default()),
-            }],
-            features: Some(pb::RuntimeFeatures::default()),
+            runtime_handlers: st::runtime_handlers(self.runtime.host()),
+            features: Some(st::runtime_features()),
         }))
     }
 

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::error::Result;
+use crate::oci::features::{self, RuntimeMountFeatures};
 use crate::oci::resources::CgroupSupport;
 use crate::oci::{caps, process, seccomp};
 
@@ -27,8 +28,15 @@ pub struct HostFacts {
     pub apparmor: bool,
     /// Name of the loaded runtime-default AppArmor profile; `None` until the daemon loads one.
     pub apparmor_default_profile: Option<String>,
-    /// The OCI runtime supports `rro` mount options (runc ≥ 1.2).
+    /// Mounts can be made recursively read-only: by the OCI runtime (`rro`, runc ≥ 1.2) or
+    /// staged on the host with `mount_setattr` (Linux 5.12).
     pub recursive_read_only: bool,
+    /// Pods can have user namespaces (the kernel allows them and ID-maps the image store).
+    pub user_namespaces: bool,
+    /// Why pods cannot have user namespaces, when `user_namespaces` is false.
+    pub user_namespaces_why: String,
+    /// The mount extensions the OCI runtime applies itself; the others are staged on the host.
+    pub runtime_mounts: RuntimeMountFeatures,
     /// Kernel `(major, minor)` (seccomp `minKernel` conditions).
     pub kernel: (u32, u32),
     /// The node's hostname (`HOSTNAME` for pods that do not name one).
@@ -51,6 +59,9 @@ impl Default for HostFacts {
             apparmor: false,
             apparmor_default_profile: None,
             recursive_read_only: false,
+            user_namespaces: false,
+            user_namespaces_why: "not probed".to_string(),
+            runtime_mounts: RuntimeMountFeatures::default(),
             kernel: (6, 1),
             hostname: "node".to_string(),
         }
@@ -58,9 +69,9 @@ impl Default for HostFacts {
 }
 
 impl HostFacts {
-    /// Reads the facts from /proc and /sys. `recursive_read_only` and
-    /// `apparmor_default_profile` are left off: they are for the runtime wrapper and the
-    /// AppArmor loader to set.
+    /// Reads the facts from /proc and /sys. The mount extensions and user namespaces are left
+    /// off ([`HostFacts::probe_extensions`] sets them), `apparmor_default_profile` too (the
+    /// AppArmor loader's).
     pub fn detect() -> Result<HostFacts> {
         let unified = rustix::fs::statfs("/sys/fs/cgroup")
             .map(|s| s.f_type as u64 == CGROUP2_SUPER_MAGIC)
@@ -100,9 +111,31 @@ impl HostFacts {
             apparmor,
             apparmor_default_profile: None,
             recursive_read_only: false,
+            user_namespaces: false,
+            user_namespaces_why: "not probed".to_string(),
+            runtime_mounts: RuntimeMountFeatures::default(),
             kernel: seccomp::host_kernel(),
             hostname,
         })
+    }
+
+    /// Asks the OCI runtime (`runtime features`) and the kernel what they can do for recursive
+    /// read-only mounts and user namespaces; `binary` (bosun) holds a probe user namespace and
+    /// `store` is where image layers live (the rootfs of a user-namespaced pod ID-maps them).
+    pub fn probe_extensions(&mut self, runtime: &Path, binary: &Path, store: &Path) {
+        self.runtime_mounts = features::runtime_features(runtime);
+        self.recursive_read_only =
+            self.runtime_mounts.rro || crate::sys::mount_api::mount_setattr_supported();
+        match features::probe_user_namespaces(binary, store) {
+            Ok(()) => {
+                self.user_namespaces = true;
+                self.user_namespaces_why.clear();
+            }
+            Err(why) => {
+                self.user_namespaces = false;
+                self.user_namespaces_why = why;
+            }
+        }
     }
 
     /// The cgroup features resources depend on.

@@ -7,9 +7,10 @@
 
 pub mod caps;
 mod devices;
+pub mod features;
 pub mod host;
 pub mod launch;
-mod mounts;
+pub(crate) mod mounts;
 mod namespaces;
 mod process;
 pub mod request;
@@ -19,14 +20,16 @@ pub mod runtime;
 pub mod seccomp;
 mod security;
 pub mod spec;
+pub mod stage;
 mod user;
+pub mod userns;
 
 pub use host::HostFacts;
 pub use launch::{launch_monitor, ContainerExit, ExitWatcher, Launched, MonitorArgs};
 pub use request::{
-    CapabilityEdits, ContainerRequest, DeviceRequest, HugepageLimit, LinuxRequest, MountRequest,
-    NamespaceMode, NamespaceOptions, Propagation, Resources, SandboxContext, Security,
-    SecurityProfile, SupplementalGroupsPolicy,
+    CapabilityEdits, ContainerRequest, DeviceRequest, HugepageLimit, IdMapping, LinuxRequest,
+    MountRequest, NamespaceMode, NamespaceOptions, Propagation, Resources, SandboxContext,
+    Security, SecurityProfile, SupplementalGroupsPolicy, UserNamespace, UserNamespaceMode,
 };
 pub use resources::{cgroups_path, CgroupSupport};
 pub use runc::{ExecOutput, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};

@@ -8,6 +8,7 @@ use oci_spec::runtime::Mount;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::oci::request::{MountRequest, Propagation, SandboxContext};
+use crate::oci::userns;
 
 /// The mounts and the rootfs propagation they need.
 #[derive(Debug, Clone, Default)]
@@ -215,27 +216,24 @@ pub fn plan(
                 out.rootfs_propagation = Some("rshared".into());
             }
         }
-        match (m.readonly, m.recursive_read_only) {
-            (false, false) => options.push("rw".into()),
-            (true, false) => options.push("ro".into()),
-            (false, true) => {
-                return Err(Error::invalid(ctx(
-                    "recursive read-only needs a read-only mount",
-                )))
-            }
-            (true, true) if m.propagation != Propagation::Private => {
-                return Err(Error::invalid(ctx(
-                    "recursive read-only needs private propagation",
-                )))
-            }
-            (true, true) if !rro_supported => {
-                return Err(Error::precondition(ctx(
-                    "the OCI runtime does not support recursive read-only mounts",
-                )))
-            }
-            (true, true) => options.push("rro".into()),
+        if m.recursive_read_only {
+            check_recursive_read_only(
+                &format!("container {container}: mount {dest}"),
+                m,
+                rro_supported,
+            )?;
+            options.push("rro".into());
+        } else {
+            options.push(if m.readonly { "ro" } else { "rw" }.into());
         }
         let mut bind = Mount::default();
+        if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
+            userns::check_mount(&ctx("mapping"), &m.uid_mappings, &m.gid_mappings)?;
+            // Recursive, like the bind itself (runc ≥ 1.2 applies it; else it is staged).
+            options.push("ridmap".into());
+            bind.set_uid_mappings(Some(userns::to_oci(&m.uid_mappings)?));
+            bind.set_gid_mappings(Some(userns::to_oci(&m.gid_mappings)?));
+        }
         bind.set_destination(PathBuf::from(&dest));
         bind.set_typ(Some("bind".into()));
         bind.set_source(Some(source));
@@ -243,6 +241,30 @@ pub fn plan(
         out.mounts.push(bind);
     }
     Ok(out)
+}
+
+/// The rules of a recursive read-only mount (CRI Mount.recursive_read_only, as containerd
+/// checks them): it must be read-only and private (InvalidArgument), and the node must be able
+/// to make one (FailedPrecondition). `field` names the mount.
+pub fn check_recursive_read_only(field: &str, m: &MountRequest, supported: bool) -> Result<()> {
+    if !m.readonly {
+        return Err(Error::invalid(format!(
+            "{field}: recursive_read_only needs readonly (it is false)"
+        )));
+    }
+    if m.propagation != Propagation::Private {
+        return Err(Error::invalid(format!(
+            "{field}: recursive_read_only needs private propagation (it is {:?})",
+            m.propagation
+        )));
+    }
+    if !supported {
+        return Err(Error::precondition(format!(
+            "{field}: recursive_read_only: neither the OCI runtime nor the kernel can make \
+             recursive read-only mounts here"
+        )));
+    }
+    Ok(())
 }
 
 /// The host side of a bind mount: created as a directory (0755) when missing, as containerd
@@ -341,6 +363,15 @@ fn ensure_propagation(
         source.display(),
         point.display()
     ))
+}
+
+/// The mount points at or below `dir`, per /proc/self/mountinfo (empty when unreadable).
+pub fn mount_points_under(dir: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| Some(PathBuf::from(unescape(l.split(' ').nth(4)?))))
+        .filter(|p| p.starts_with(dir))
+        .collect()
 }
 
 /// Reads /proc/self/mountinfo.

@@ -39,8 +39,8 @@ fn pod_level(container: &str, what: &str, mode: NamespaceMode, host: bool) -> Re
     }
 }
 
-/// The namespace list, following containerd's WithPodNamespaces: network, IPC and UTS from the
-/// pod (UTS follows network: a host-network pod has the host's hostname); pid from the pod's
+/// The namespace list, following containerd's WithPodNamespaces: the pod's user namespace
+/// when it has one; network, IPC and UTS from the pod (UTS follows network: a host-network pod has the host's hostname); pid from the pod's
 /// holder, the target container, a new one, or the host's; always a new mount namespace; a new
 /// cgroup namespace on cgroup v2 unless privileged (containerd, after containers/libpod#4363).
 pub fn namespaces(
@@ -51,6 +51,11 @@ pub fn namespaces(
     privileged: bool,
 ) -> Result<Vec<LinuxNamespace>> {
     let mut out = vec![ns(LinuxNamespaceType::Mount, None)];
+    if sandbox.userns.is_some() {
+        // The pod's user namespace first: its other namespaces are owned by it.
+        let path = pinned(container, "user", &sandbox.user_ns)?;
+        out.push(ns(LinuxNamespaceType::User, Some(path)));
+    }
     if !pod_level(container, "network", opts.network, sandbox.host_network)? {
         let path = pinned(container, "network", &sandbox.net_ns)?;
         out.push(ns(LinuxNamespaceType::Network, Some(path)));

@@ -86,6 +86,58 @@ pub struct MountRequest {
     pub recursive_read_only: bool,
     /// An image volume reference (CRI Mount.image); not supported, refused when set.
     pub image: Option<String>,
+    /// ID-map the mount with these uid ranges (CRI Mount.uidMappings); empty: not ID-mapped.
+    pub uid_mappings: Vec<IdMapping>,
+    /// The gid ranges of an ID-mapped mount (set together with `uid_mappings`).
+    pub gid_mappings: Vec<IdMapping>,
+}
+
+/// One contiguous range of a user namespace or ID-mapped mount (CRI IDMapping, OCI
+/// LinuxIDMapping): container ids `container_id..container_id + length` are host ids
+/// `host_id..host_id + length`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdMapping {
+    /// First id inside.
+    pub container_id: u32,
+    /// First id on the host.
+    pub host_id: u32,
+    /// Number of ids.
+    pub length: u32,
+}
+
+/// A pod's own user namespace (CRI `userns_options` with mode POD): its uid and gid maps.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UserNamespace {
+    /// uid ranges.
+    pub uids: Vec<IdMapping>,
+    /// gid ranges.
+    pub gids: Vec<IdMapping>,
+}
+
+impl UserNamespace {
+    /// The host uid and gid of the container's root (0:0 inside), when mapped.
+    pub fn host_root(&self) -> Option<(u32, u32)> {
+        Some((to_host(&self.uids, 0)?, to_host(&self.gids, 0)?))
+    }
+}
+
+/// The host id of container id `id` under `map`; `None` when unmapped.
+pub fn to_host(map: &[IdMapping], id: u32) -> Option<u32> {
+    map.iter().find_map(|m| {
+        let offset = id.checked_sub(m.container_id)?;
+        (offset < m.length).then(|| m.host_id.checked_add(offset))?
+    })
+}
+
+/// Which users a container runs with (CRI `userns_options` on a container).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UserNamespaceMode {
+    /// The host's users (mode NODE, or a pod without its own user namespace).
+    #[default]
+    Node,
+    /// The pod's user namespace with these mappings (mode POD): must be the pod's own.
+    Pod(UserNamespace),
 }
 
 /// A CRI Device.
@@ -162,6 +214,8 @@ pub struct NamespaceOptions {
     pub ipc: NamespaceMode,
     /// The container whose pid namespace is shared when `pid` is Target.
     pub target_id: String,
+    /// The user namespace the request names; `None`: not given (the pod's applies).
+    pub user: Option<UserNamespaceMode>,
 }
 
 /// A seccomp or AppArmor choice (CRI SecurityProfile).
@@ -275,6 +329,10 @@ pub struct SandboxContext {
     pub uts_ns: Option<PathBuf>,
     /// A process holding the pod's pid namespace (for pid mode Pod, unless host pid).
     pub pid_ns_holder: Option<u32>,
+    /// The pod's pinned user namespace file (pods with their own user namespace).
+    pub user_ns: Option<PathBuf>,
+    /// The mappings of the pod's user namespace (recorded at RunPodSandbox).
+    pub userns: Option<UserNamespace>,
     /// The init pid of the pid-Target container, resolved by the runtime from `target_id`.
     pub target_pid: Option<u32>,
     /// Host file bound at `/etc/hosts`.

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::image::manifest::RunConfig;
 use crate::oci::host::HostFacts;
 use crate::oci::request::{ContainerRequest, SandboxContext};
-use crate::oci::{caps, devices, mounts, namespaces, process, resources, security, user};
+use crate::oci::{caps, devices, mounts, namespaces, process, resources, security, user, userns};
 
 /// The runtime-spec version written into config.json (what runc 1.1 implements).
 pub const OCI_VERSION: &str = "1.0.2-dev";
@@ -142,6 +142,10 @@ pub(crate) fn build(
         host.cgroup_unified,
         sec.privileged,
     )?));
+    if let Some(u) = &sandbox.userns {
+        linux.set_uid_mappings(Some(userns::to_oci(&u.uids)?));
+        linux.set_gid_mappings(Some(userns::to_oci(&u.gids)?));
+    }
     linux.set_sysctl(namespaces::sysctls(name, sandbox)?);
     linux.set_resources(Some(res));
     linux.set_cgroups_path(Some(PathBuf::from(&opts.cgroups_path)));

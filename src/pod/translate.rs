@@ -168,6 +168,7 @@ pub fn sandbox_request(ctx: &PodContext) -> Result<SandboxRequest> {
         },
         sysctls,
         privileged,
+        userns: None,
     })
 }
 
@@ -521,6 +522,8 @@ pub fn security(
                 NamespaceMode::Pod
             },
             target_id: String::new(),
+            // Containers join the pod's user namespace (the sandbox's is the one that counts).
+            user: None,
         },
         run_as_user,
         run_as_group,

@@ -14,10 +14,8 @@ use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState, UserI
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::image::index::ImageRecord;
 use crate::oci::{
-    build_spec, cgroups_path, ExecOutput, MonitorArgs, Resources, SandboxContext, SpecOptions,
-    EXEC_OUTPUT_CAP,
+    cgroups_path, ExecOutput, MonitorArgs, Resources, SandboxContext, SpecOptions, EXEC_OUTPUT_CAP,
 };
-use crate::store::atomic::write_atomic;
 
 impl Runtime {
     /// CreateContainer in sandbox `sandbox_id`: resolves the image, mounts the rootfs, writes
@@ -53,6 +51,7 @@ impl Runtime {
                 "image {:?}: not found; pull it first (PullImage, `crictl pull`, `bosun image pull`)",
                 new.request.image
             )))?;
+        super::bundle::check(sandbox.meta(), &new.request, &self.host)?;
         let pod_key = sandbox.meta().request.pod.key();
         let reservation = self
             .state
@@ -182,10 +181,9 @@ impl Runtime {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let bundle = paths::bundle(&meta.state_dir);
-        let rootfs = paths::rootfs(&meta.state_dir);
         let rw = self.layout.rw_dir(&id);
         let ctx = self.sandbox_context(sandbox, meta)?;
-        let (lower, rootfs2) = (meta.lower_dirs.clone(), rootfs.clone());
+        let lower = meta.lower_dirs.clone();
         let run_config = image.config.config.clone();
         let opts = SpecOptions {
             cgroup_driver: self.config.cgroup_driver,
@@ -193,24 +191,20 @@ impl Runtime {
             host: self.host.clone(),
         };
         let request = meta.request.clone();
-        let bundle2 = bundle.clone();
+        let dir = meta.state_dir.clone();
+        let binary = self.helper_binary();
         let t0 = std::time::Instant::now();
-        let user = tokio::task::spawn_blocking(move || -> Result<UserIds> {
-            std::fs::create_dir_all(&bundle2).ctx(|| format!("create {}", bundle2.display()))?;
-            rootfs::mount(&lower, &rw, &rootfs2)?;
-            let spec = build_spec(&request, &ctx, &run_config, &rootfs2, &opts)?;
-            let json = serde_json::to_vec_pretty(&spec)
-                .map_err(|e| Error::internal(format!("encode config.json: {e}")))?;
-            write_atomic(&bundle2.join("config.json"), &json)?;
-            Ok(spec
-                .process()
-                .as_ref()
-                .map(|p| UserIds {
-                    uid: p.user().uid(),
-                    gid: p.user().gid(),
-                    groups: p.user().additional_gids().clone().unwrap_or_default(),
-                })
-                .unwrap_or_default())
+        let user = tokio::task::spawn_blocking(move || {
+            let p = super::bundle::Prepare {
+                lower: &lower,
+                rw: &rw,
+                dir: &dir,
+                sandbox: &ctx,
+                image: &run_config,
+                opts: &opts,
+                binary: &binary,
+            };
+            super::bundle::prepare(&request, &p)
         })
         .await
         .map_err(|e| Error::internal(format!("create task: {e}")))??;
@@ -236,7 +230,14 @@ impl Runtime {
         args.stdin_once = meta.request.stdin_once;
         args.tty = meta.request.tty;
         let bundled = t0.elapsed();
-        let launched = self.launcher.launch(&args).await?;
+        let launched = self.launcher.launch(&args).await;
+        // `runc create` has copied the staged mounts into the container's mount namespace (or
+        // failed): the host's copies go now.
+        let stage = crate::oci::stage::stage_dir(&meta.state_dir);
+        tokio::task::spawn_blocking(move || crate::oci::stage::unstage(&stage))
+            .await
+            .map_err(|e| Error::internal(format!("unstage task: {e}")))??;
+        let launched = launched?;
         tracing::debug!(
             container = %id,
             bundle_us = bundled.as_micros() as u64,
@@ -298,6 +299,12 @@ impl Runtime {
                 0 => None,
                 pid => Some(pid),
             },
+            user_ns: sb
+                .request
+                .userns
+                .as_ref()
+                .and_then(|_| exists(ns.join("user"))),
+            userns: sb.request.userns.clone(),
             target_pid,
             hosts_path: exists(dir.join("hosts")),
             hostname_path: exists(dir.join("hostname")),
@@ -409,6 +416,8 @@ impl Runtime {
         let rootfs = paths::rootfs(&dir);
         let rw = self.layout.rw_dir(id);
         let cleanup = tokio::task::spawn_blocking(move || -> Result<()> {
+            // Staged mounts first: nothing may delete through one.
+            crate::oci::stage::unstage(&crate::oci::stage::stage_dir(&dir))?;
             rootfs::unmount(&rootfs)?;
             for d in [&dir, &rw] {
                 match std::fs::remove_dir_all(d) {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::status::{ContainerStatus, SandboxStatus};
 use super::store::Meta;
 use super::table::Entry;
-use crate::oci::{ContainerRequest, NamespaceMode};
+use crate::oci::{ContainerRequest, NamespaceMode, UserNamespace};
 
 /// CRI PodSandboxMetadata.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +92,8 @@ pub struct SandboxRequest {
     pub sysctls: BTreeMap<String, String>,
     /// The pod's security context allows privileged containers.
     pub privileged: bool,
+    /// The pod's own user namespace (CRI userns mode POD); `None`: the host's users.
+    pub userns: Option<UserNamespace>,
 }
 
 /// `meta.json` of a sandbox.

@@ -1,5 +1,6 @@
 //! Runtime domain: sandboxes and containers on runc, their on-disk state and crash recovery.
 
+mod bundle;
 mod containers;
 pub mod events;
 mod exec_session;

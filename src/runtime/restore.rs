@@ -23,6 +23,11 @@ impl Runtime {
     /// UNKNOWN; a READY sandbox whose namespaces are gone (a reboot) becomes NOTREADY.
     /// Problems are logged, never fatal.
     pub(super) async fn recover(self: &Arc<Self>) {
+        let containers_dir = self.layout.volatile.join("containers");
+        let unstaged = crate::oci::stage::unstage_all(&containers_dir);
+        if unstaged > 0 {
+            tracing::warn!(unstaged, "recovery: detached mounts a creation left staged");
+        }
         let mut recovered: Recovered<SandboxMeta, ContainerMeta> = load_all(&self.layout.durable);
         let mut changed = std::collections::HashSet::new();
         for c in &mut recovered.containers {

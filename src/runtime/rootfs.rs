@@ -1,10 +1,13 @@
 //! A container's root filesystem: an overlay of the image's layer snapshots and a private writable layer.
 
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
 use rustix::mount::{MountFlags, UnmountFlags};
 
 use crate::error::{Error, Result, ResultExt};
+use crate::oci::stage::clone_to;
+use crate::sys::mount_api::Attributes;
 
 /// The kernel's limit on mount data (one page).
 const MAX_MOUNT_DATA: usize = 4095;
@@ -15,14 +18,79 @@ pub fn mount(lower: &[PathBuf], rw: &Path, target: &Path) -> Result<()> {
     if lower.is_empty() {
         return Err(Error::invalid("rootfs: the image has no layers"));
     }
-    let upper = rw.join("upper");
-    let work = rw.join("work");
-    for dir in [&upper, &work, &target.to_path_buf()] {
-        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
-    }
+    create_dirs(rw, target)?;
     if is_mounted(target) {
         return Ok(());
     }
+    mount_overlay(lower, rw, target)
+}
+
+/// [`mount`] for a pod with its own user namespace: every layer is seen through an ID-mapped
+/// clone (mapped by `userns`, staged under `stage` until the overlay holds it, then detached),
+/// and the writable layer's root belongs to the container's root (`owner`, host uid and gid).
+/// Files keep their image ownership on disk and look the same from inside; what the container
+/// writes is stored with its host ids. Overlayfs itself cannot be ID-mapped, its layers can
+/// (Linux 5.19).
+pub fn mount_idmapped(
+    lower: &[PathBuf],
+    rw: &Path,
+    target: &Path,
+    userns: BorrowedFd<'_>,
+    owner: (u32, u32),
+    stage: &Path,
+) -> Result<()> {
+    if lower.is_empty() {
+        return Err(Error::invalid("rootfs: the image has no layers"));
+    }
+    create_dirs(rw, target)?;
+    if is_mounted(target) {
+        return Ok(());
+    }
+    let upper = rw.join("upper");
+    rustix::fs::chown(
+        &upper,
+        Some(rustix::fs::Uid::from_raw(owner.0)),
+        Some(rustix::fs::Gid::from_raw(owner.1)),
+    )
+    .ctx(|| format!("chown {} to {}:{}", upper.display(), owner.0, owner.1))?;
+    let attrs = Attributes {
+        read_only: false,
+        idmap: Some(userns),
+        private: true,
+    };
+    let mut staged = Vec::with_capacity(lower.len());
+    let mut result = Ok(());
+    for (i, layer) in lower.iter().enumerate() {
+        let at = stage.join(format!("l{i}"));
+        result = clone_to(layer, &at, false, &attrs).map_err(|e| e.context("rootfs layer"));
+        if result.is_err() {
+            break;
+        }
+        staged.push(at);
+    }
+    if result.is_ok() {
+        result = mount_overlay(&staged, rw, target);
+    }
+    // The overlay holds private clones of its layers: the staged ones can go now.
+    for at in &staged {
+        let _ = rustix::mount::unmount(at, UnmountFlags::DETACH);
+        let _ = std::fs::remove_dir(at);
+    }
+    result
+}
+
+/// `rw/upper`, `rw/work` and the mount point.
+fn create_dirs(rw: &Path, target: &Path) -> Result<()> {
+    for dir in [&rw.join("upper"), &rw.join("work"), target] {
+        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The overlay mount itself.
+fn mount_overlay(lower: &[PathBuf], rw: &Path, target: &Path) -> Result<()> {
+    let upper = rw.join("upper");
+    let work = rw.join("work");
     let lowers: Vec<String> = lower.iter().map(|p| escape(&p.to_string_lossy())).collect();
     let data = format!(
         "lowerdir={},upperdir={},workdir={},index=off",

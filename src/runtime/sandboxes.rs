@@ -31,6 +31,13 @@ impl Runtime {
     /// exists or is being created fails with AlreadyExists naming the existing id.
     pub async fn run_sandbox(self: &Arc<Self>, req: SandboxRequest) -> Result<String> {
         super::validate::sandbox(&req, self.config.cgroup_driver)?;
+        validate_userns(&req)?;
+        if req.userns.is_some() && !self.host.user_namespaces {
+            return Err(Error::precondition(format!(
+                "{USERNS_FIELD}: user namespaces are not available on this node ({})",
+                self.host.user_namespaces_why
+            )));
+        }
         let reservation = self.state.sandboxes.reserve(&req.pod.key())?;
         let id = reservation.id().to_string();
         let dir = self.layout.sandbox_dir(&id);
@@ -118,6 +125,8 @@ impl Runtime {
             hostname: own_net.then(|| meta.hostname.clone()),
             sysctls: req.sysctls.clone(),
             binary: self.binary.clone(),
+            uid_map: ranges(req.userns.as_ref().map(|u| u.uids.as_slice())),
+            gid_map: ranges(req.userns.as_ref().map(|u| u.gids.as_slice())),
         };
         std::fs::create_dir_all(&meta.state_dir)
             .map_err(|e| Error::internal(format!("create {}: {e}", meta.state_dir.display())))?;
@@ -238,6 +247,37 @@ impl Runtime {
         self.emit(EventKind::Deleted, &id, &id);
         Ok(())
     }
+}
+
+/// `(inside, host, length)` of each range.
+fn ranges(map: Option<&[crate::oci::IdMapping]>) -> Vec<(u32, u32, u32)> {
+    map.unwrap_or_default()
+        .iter()
+        .map(|m| (m.container_id, m.host_id, m.length))
+        .collect()
+}
+
+/// Where a pod's user namespace is in the CRI request (for error messages).
+const USERNS_FIELD: &str =
+    "sandbox config: linux.security_context.namespace_options.userns_options";
+
+/// The pod user namespace's mappings, and the namespaces it must own (metadata, handler and
+/// the other namespace modes are checked by `validate::sandbox`).
+fn validate_userns(req: &SandboxRequest) -> Result<()> {
+    if let Some(userns) = &req.userns {
+        crate::oci::userns::check_pod(USERNS_FIELD, userns)?;
+        // The pod's namespaces must be owned by its user namespace (sysfs, /proc and mqueue
+        // are mounted from inside it); the host's are not. The kubelet refuses these too.
+        for (what, mode) in [("network", req.network), ("pid", req.pid), ("ipc", req.ipc)] {
+            if mode == NamespaceMode::Node {
+                return Err(Error::invalid(format!(
+                    "{USERNS_FIELD}: mode POD cannot be combined with the host's {what} \
+                     namespace (namespace_options.{what} NODE)"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Runtime {

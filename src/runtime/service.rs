@@ -1,7 +1,7 @@
 //! The runtime service: the domain API `cri/` (and later `pod/`) calls for sandboxes and containers.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::handle::Handle;
@@ -56,7 +56,24 @@ impl Runtime {
         runc.tmp_dir = config.state.join("tmp");
         std::fs::create_dir_all(&runc.tmp_dir)
             .ctx(|| format!("create {}", runc.tmp_dir.display()))?;
-        let host = HostFacts::detect()?;
+        let mut host = HostFacts::detect()?;
+        let (runtime, store) = (config.runtime.clone(), config.root.clone());
+        let t = std::time::Instant::now();
+        host = tokio::task::spawn_blocking(move || {
+            host.probe_extensions(&runtime, Path::new("/proc/self/exe"), &store);
+            host
+        })
+        .await
+        .map_err(|e| Error::internal(format!("probe the node: {e}")))?;
+        tracing::info!(
+            runtime_rro = host.runtime_mounts.rro,
+            runtime_idmap = host.runtime_mounts.idmap,
+            recursive_read_only = host.recursive_read_only,
+            user_namespaces = host.user_namespaces,
+            why = %host.user_namespaces_why,
+            ms = t.elapsed().as_millis() as u64,
+            "node features probed"
+        );
         let network = Cni::new(config.network.clone(), config.root.join("network"))?;
         let rt = Self::with_network(
             config,
@@ -115,6 +132,19 @@ impl Runtime {
             handles: Mutex::new(HashMap::new()),
             sandbox_locks: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// What this node can do (Status reports the runtime handler features from it).
+    pub fn host(&self) -> &HostFacts {
+        &self.host
+    }
+
+    /// The bosun binary run as a helper (`pinns`, `monitor`): the configured one, else this
+    /// executable.
+    pub(super) fn helper_binary(&self) -> PathBuf {
+        self.binary
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/proc/self/exe"))
     }
 
     /// PodSandboxStatus: the sandbox with this id (or unique prefix); NotFound otherwise.

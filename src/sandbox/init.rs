@@ -37,6 +37,21 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
+/// Starts `bosun pod-init --dir DIR` (this executable) with no stdio, in `/`: PID 1 of a new
+/// pid namespace when the caller has just unshared one.
+pub fn spawn(dir: &std::path::Path) -> std::io::Result<std::process::Child> {
+    use std::process::Stdio;
+    std::process::Command::new("/proc/self/exe")
+        .arg("pod-init")
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .current_dir("/")
+        .spawn()
+}
+
 /// Reaps every exited child without blocking.
 fn reap_all() {
     loop {

@@ -5,6 +5,7 @@ pub mod init;
 pub mod pinns;
 mod sys;
 pub mod sysctl;
+pub mod userns;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ use crate::error::{Error, ErrorKind, Result, ResultExt};
 pub use files::{DnsConfig, PodFiles, PodFilesConfig, DEFAULT_SHM_SIZE};
 
 /// The namespace files under the pin directory.
-const NS_FILES: [&str; 3] = ["net", "ipc", "uts"];
+const NS_FILES: [&str; 4] = ["net", "ipc", "uts", "user"];
 
 /// Which namespaces a pod gets and how they are set up.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,6 +39,11 @@ pub struct NamespaceOptions {
     pub sysctls: BTreeMap<String, String>,
     /// The bosun binary to run as `pinns`; `None`: this executable.
     pub binary: Option<PathBuf>,
+    /// A user namespace of the pod's own, as `(INSIDE, HOST, LENGTH)` uid and gid ranges: it is
+    /// pinned too and owns the other namespaces. Empty: the host's users.
+    pub uid_map: Vec<(u32, u32, u32)>,
+    /// The gid ranges (with `uid_map`).
+    pub gid_map: Vec<(u32, u32, u32)>,
 }
 
 /// A pod's pinned namespaces and pid holder.
@@ -56,6 +62,8 @@ pub struct PodNamespaces {
     pub ipc: Option<PathBuf>,
     /// The pinned UTS namespace file.
     pub uts: Option<PathBuf>,
+    /// The pinned user namespace file (pods with their own user namespace).
+    pub user: Option<PathBuf>,
     /// Host pid of the pod's pid namespace holder.
     pub pid_holder: Option<u32>,
 }
@@ -96,6 +104,11 @@ impl PodNamespaces {
         for (k, v) in &opts.sysctls {
             cmd.arg("--sysctl").arg(format!("{k}={v}"));
         }
+        for (flag, map) in [("--uid-map", &opts.uid_map), ("--gid-map", &opts.gid_map)] {
+            for (inside, host, len) in map {
+                cmd.arg(flag).arg(format!("{inside}:{host}:{len}"));
+            }
+        }
         let out = cmd
             .stdin(Stdio::null())
             .output()
@@ -131,6 +144,7 @@ impl PodNamespaces {
             net: pinned("net"),
             ipc: pinned("ipc"),
             uts: pinned("uts"),
+            user: pinned("user"),
             pid_holder,
         })
     }

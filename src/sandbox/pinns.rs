@@ -6,13 +6,15 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
+use std::os::fd::AsFd;
 
 use rustix::mount::UnmountFlags;
-use rustix::thread::UnshareFlags;
+use rustix::thread::{LinkNameSpaceType, UnshareFlags};
 
 use super::sys;
 use super::sysctl::{self, SysctlNs};
+use super::userns::NsHolder;
 use crate::error::{Error, Result, ResultExt};
 
 /// The file under the pin directory that records the pid holder's host pid.
@@ -28,6 +30,10 @@ pub struct Args {
     pid: bool,
     hostname: Option<String>,
     sysctls: BTreeMap<String, String>,
+    /// `--uid-map`/`--gid-map` ranges as `uid_map` lines: the namespaces get their own user
+    /// namespace (and are owned by it) when set.
+    uid_map: String,
+    gid_map: String,
 }
 
 fn parse(args: &[OsString]) -> Result<Args> {
@@ -47,6 +53,12 @@ fn parse(args: &[OsString]) -> Result<Args> {
             Some("--uts") => out.uts = true,
             Some("--pid") => out.pid = true,
             Some("--hostname") => out.hostname = Some(value(&mut it, "--hostname")?),
+            Some("--uid-map") => out
+                .uid_map
+                .push_str(&map_line(&value(&mut it, "--uid-map")?)?),
+            Some("--gid-map") => out
+                .gid_map
+                .push_str(&map_line(&value(&mut it, "--gid-map")?)?),
             Some("--sysctl") => {
                 let kv = value(&mut it, "--sysctl")?;
                 let (k, v) = kv
@@ -63,22 +75,54 @@ fn parse(args: &[OsString]) -> Result<Args> {
     if out.hostname.is_some() && !out.uts {
         return Err(Error::invalid("--hostname needs --uts"));
     }
+    if out.uid_map.is_empty() != out.gid_map.is_empty() {
+        return Err(Error::invalid("--uid-map and --gid-map go together"));
+    }
     Ok(out)
+}
+
+/// `INSIDE:HOST:LENGTH` → the `uid_map` line `INSIDE HOST LENGTH\n`.
+fn map_line(arg: &str) -> Result<String> {
+    let ids: Vec<u32> = arg
+        .split(':')
+        .map(|n| n.parse::<u32>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| Error::invalid(format!("id map {arg:?}: want INSIDE:HOST:LENGTH")))?;
+    match ids.as_slice() {
+        [inside, host, len] if *len > 0 => Ok(format!("{inside} {host} {len}\n")),
+        _ => Err(Error::invalid(format!(
+            "id map {arg:?}: want INSIDE:HOST:LENGTH"
+        ))),
+    }
 }
 
 /// `bosun pinns ARGS…`: returns the exit status.
 ///
 /// ```text
 /// bosun pinns --dir DIR [--net] [--ipc] [--uts] [--pid] [--hostname NAME] [--sysctl K=V]...
+///             [--uid-map IN:HOST:LEN... --gid-map IN:HOST:LEN...]
+/// bosun pinns --hold [--spawn-init DIR]
 /// ```
 ///
-/// It unshares the requested namespaces, bind-mounts `/proc/self/ns/<ns>` onto empty files
+/// With ID maps, the namespaces are created by a `--hold` child in a new user namespace
+/// (so they are owned by it; see [`run_in_userns`]) and the user namespace is pinned too.
+/// Otherwise it unshares the requested namespaces, bind-mounts `/proc/self/ns/<ns>` onto empty files
 /// `DIR/<ns>`, sets the hostname (new UTS namespace), brings `lo` up (new network namespace) and
 /// writes the sysctls. With `--pid` it then spawns `bosun pod-init --dir DIR` as PID 1 of a new
 /// pid namespace, records its host pid in `DIR/pid-holder` and prints `pid N`. Success: `ok` on
 /// stdout, exit 0. Bad arguments: exit 2. Failure: everything done is undone, a message on
 /// stderr, exit 1.
 pub fn main(args: Vec<OsString>) -> i32 {
+    if args.first().and_then(|a| a.to_str()) == Some("--hold") {
+        return match args.get(1..).unwrap_or_default() {
+            [] => super::userns::hold(None),
+            [flag, dir] if flag == "--spawn-init" => super::userns::hold(Some(Path::new(dir))),
+            _ => {
+                eprintln!("bosun pinns: usage: bosun pinns --hold [--spawn-init DIR]");
+                2
+            }
+        };
+    }
     let args = match parse(&args) {
         Ok(a) => a,
         Err(e) => {
@@ -106,6 +150,8 @@ struct Undo {
     files: Vec<PathBuf>,
     mounts: Vec<PathBuf>,
     holder: Option<std::process::Child>,
+    /// A pid holder started by a user namespace holder (not our child).
+    holder_pid: Option<u32>,
 }
 
 impl Undo {
@@ -113,6 +159,11 @@ impl Undo {
         if let Some(mut child) = self.holder.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(pid) = self.holder_pid.take().and_then(|p| i32::try_from(p).ok()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
         }
         for m in self.mounts.drain(..).rev() {
             let _ = rustix::mount::unmount(&m, UnmountFlags::DETACH);
@@ -125,6 +176,9 @@ impl Undo {
 
 fn run(args: &Args, undo: &mut Undo) -> Result<()> {
     let checked = sysctl::validate(&args.sysctls, args.net, args.ipc)?;
+    if !args.uid_map.is_empty() {
+        return run_in_userns(args, &checked, undo);
+    }
     let mut flags = UnshareFlags::empty();
     let kinds = [
         ("net", args.net, UnshareFlags::NEWNET),
@@ -142,9 +196,77 @@ fn run(args: &Args, undo: &mut Undo) -> Result<()> {
     sys::unshare_namespaces(flags).ctx(|| "unshare")?;
     for (name, wanted, _) in kinds {
         if wanted {
-            pin(&args.dir, name, undo)?;
+            pin(&args.dir, name, "/proc/self/ns", undo)?;
         }
     }
+    configure(args, &checked)?;
+    if args.pid {
+        let pid = spawn_holder(&args.dir, undo)?;
+        record_holder(&args.dir, pid, undo)?;
+    }
+    Ok(())
+}
+
+/// The pod's namespaces owned by a new user namespace with the requested maps: a `--hold`
+/// child creates them all at once (the kernel makes the user namespace first), we write its
+/// maps, pin its namespaces from here (the host's mount namespace), enter its network, UTS and
+/// IPC namespaces to set them up (still with the host's privileges, which cover namespaces
+/// owned by a child user namespace), and let it go. With `--pid`, the child starts the pid
+/// holder as PID 1 of its new pid namespace (a pid namespace cannot be entered before it has
+/// one).
+fn run_in_userns(
+    args: &Args,
+    checked: &[(String, SysctlNs, String)],
+    undo: &mut Undo,
+) -> Result<()> {
+    let kinds = [
+        ("net", args.net, UnshareFlags::NEWNET),
+        ("ipc", args.ipc, UnshareFlags::NEWIPC),
+        ("uts", args.uts, UnshareFlags::NEWUTS),
+        ("pid", args.pid, UnshareFlags::NEWPID),
+    ];
+    let flags = kinds
+        .iter()
+        .filter(|k| k.1)
+        .fold(UnshareFlags::empty(), |f, k| f | k.2);
+    let mut holder = NsHolder::spawn(
+        Path::new("/proc/self/exe"),
+        flags,
+        args.pid.then_some(args.dir.as_path()),
+    )?;
+    if args.pid {
+        let pid = holder.init_pid()?;
+        undo.holder_pid = Some(pid);
+        record_holder(&args.dir, pid, undo)?;
+    }
+    holder.write_maps(&args.uid_map, &args.gid_map)?;
+    let ns_dir = holder.proc_path("ns");
+    pin(&args.dir, "user", &ns_dir, undo)?;
+    for (name, wanted, _) in &kinds[..3] {
+        if *wanted {
+            pin(&args.dir, name, &ns_dir, undo)?;
+        }
+    }
+    for (name, wanted, typ) in [
+        ("net", args.net, LinkNameSpaceType::Network),
+        (
+            "ipc",
+            args.ipc,
+            LinkNameSpaceType::InterProcessCommunication,
+        ),
+        ("uts", args.uts, LinkNameSpaceType::HostNameAndNISDomainName),
+    ] {
+        if wanted {
+            let fd = holder.open_ns(name)?;
+            rustix::thread::move_into_link_name_space(fd.as_fd(), Some(typ))
+                .ctx(|| format!("enter the pod's {name} namespace"))?;
+        }
+    }
+    configure(args, checked)
+}
+
+/// Hostname, `lo` up and sysctls, in the namespaces this process is in.
+fn configure(args: &Args, checked: &[(String, SysctlNs, String)]) -> Result<()> {
     if let Some(hostname) = &args.hostname {
         std::fs::write("/proc/sys/kernel/hostname", hostname)
             .ctx(|| format!("set hostname {hostname:?}"))?;
@@ -152,7 +274,7 @@ fn run(args: &Args, undo: &mut Undo) -> Result<()> {
     if args.net {
         sys::link_up("lo").ctx(|| "bring lo up")?;
     }
-    for (key, ns, value) in &checked {
+    for (key, ns, value) in checked {
         let path = sysctl::proc_path(key)?;
         let what = match ns {
             SysctlNs::Net => "net",
@@ -165,18 +287,20 @@ fn run(args: &Args, undo: &mut Undo) -> Result<()> {
             )
         })?;
     }
-    if args.pid {
-        let pid = spawn_holder(&args.dir, undo)?;
-        let file = args.dir.join(PID_HOLDER_FILE);
-        crate::store::atomic::write_atomic(&file, format!("{pid}\n").as_bytes())?;
-        undo.files.push(file);
-        println!("pid {pid}");
-    }
     Ok(())
 }
 
-/// Creates `dir/name` (it must not exist) and binds our `/proc/self/ns/name` onto it.
-fn pin(dir: &Path, name: &str, undo: &mut Undo) -> Result<()> {
+/// Records the pid holder in `dir` and reports it on stdout.
+fn record_holder(dir: &Path, pid: u32, undo: &mut Undo) -> Result<()> {
+    let file = dir.join(PID_HOLDER_FILE);
+    crate::store::atomic::write_atomic(&file, format!("{pid}\n").as_bytes())?;
+    undo.files.push(file);
+    println!("pid {pid}");
+    Ok(())
+}
+
+/// Creates `dir/name` (it must not exist) and binds `ns_dir/name` (a `/proc/<pid>/ns`) onto it.
+fn pin(dir: &Path, name: &str, ns_dir: impl AsRef<Path>, undo: &mut Undo) -> Result<()> {
     let target = dir.join(name);
     OpenOptions::new()
         .write(true)
@@ -185,7 +309,7 @@ fn pin(dir: &Path, name: &str, undo: &mut Undo) -> Result<()> {
         .open(&target)
         .ctx(|| format!("create {}", target.display()))?;
     undo.files.push(target.clone());
-    rustix::mount::mount_bind(format!("/proc/self/ns/{name}"), &target)
+    rustix::mount::mount_bind(ns_dir.as_ref().join(name), &target)
         .ctx(|| format!("bind {name} namespace onto {}", target.display()))?;
     undo.mounts.push(target);
     Ok(())
@@ -193,16 +317,7 @@ fn pin(dir: &Path, name: &str, undo: &mut Undo) -> Result<()> {
 
 /// Spawns `bosun pod-init` (the first child after `unshare(CLONE_NEWPID)`, so PID 1 there).
 fn spawn_holder(dir: &Path, undo: &mut Undo) -> Result<u32> {
-    let child = Command::new("/proc/self/exe")
-        .arg("pod-init")
-        .arg("--dir")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .current_dir("/")
-        .spawn()
-        .ctx(|| "spawn the pid namespace holder")?;
+    let child = super::init::spawn(dir).ctx(|| "spawn the pid namespace holder")?;
     let pid = child.id();
     undo.holder = Some(child);
     let _ = std::io::stdout().flush();

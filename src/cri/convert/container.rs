@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::bad_enum;
 use super::resources::resources;
-use super::sandbox::sorted;
+use super::sandbox::{id_mappings, id_mappings_to_proto, sorted};
 use super::security::security;
 use super::signal::stop_signal;
 use crate::error::{echo, Error, Result};
@@ -98,12 +98,6 @@ fn mount(object: &str, i: usize, m: pb::Mount) -> Result<MountRequest> {
             echo(&m.host_path)
         )));
     }
-    if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
-        return Err(Error::invalid(format!(
-            "{}: ID-mapped mounts are not supported",
-            field("uidMappings")
-        )));
-    }
     let propagation = match pb::MountPropagation::try_from(m.propagation) {
         Ok(pb::MountPropagation::PropagationPrivate) => Propagation::Private,
         Ok(pb::MountPropagation::PropagationHostToContainer) => Propagation::HostToContainer,
@@ -118,6 +112,8 @@ fn mount(object: &str, i: usize, m: pb::Mount) -> Result<MountRequest> {
         selinux_relabel: m.selinux_relabel,
         recursive_read_only: m.recursive_read_only,
         image,
+        uid_mappings: id_mappings(m.uid_mappings),
+        gid_mappings: id_mappings(m.gid_mappings),
     })
 }
 
@@ -139,6 +135,8 @@ pub fn mount_to_proto(m: &MountRequest) -> pb::Mount {
             image: i.clone(),
             ..Default::default()
         }),
+        uid_mappings: id_mappings_to_proto(&m.uid_mappings),
+        gid_mappings: id_mappings_to_proto(&m.gid_mappings),
         ..Default::default()
     }
 }

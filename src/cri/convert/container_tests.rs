@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::assert_invalid;
 use super::container::*;
-use crate::oci::{DeviceRequest, MountRequest, Propagation, Security};
+use crate::oci::{DeviceRequest, IdMapping, MountRequest, Propagation, Security};
 use crate::proto::runtime::v1 as pb;
 
 pub(super) fn config() -> pb::ContainerConfig {
@@ -37,6 +37,16 @@ pub(super) fn config() -> pb::ContainerConfig {
             selinux_relabel: true,
             propagation: pb::MountPropagation::PropagationHostToContainer as i32,
             recursive_read_only: true,
+            uid_mappings: vec![pb::IdMapping {
+                host_id: 65536,
+                container_id: 0,
+                length: 65536,
+            }],
+            gid_mappings: vec![pb::IdMapping {
+                host_id: 131072,
+                container_id: 0,
+                length: 1000,
+            }],
             ..Default::default()
         }],
         devices: vec![pb::Device {
@@ -84,6 +94,16 @@ fn carries_every_field() {
             selinux_relabel: true,
             recursive_read_only: true,
             image: None,
+            uid_mappings: vec![IdMapping {
+                container_id: 0,
+                host_id: 65536,
+                length: 65536,
+            }],
+            gid_mappings: vec![IdMapping {
+                container_id: 0,
+                host_id: 131072,
+                length: 1000,
+            }],
         }]
     );
     assert_eq!(
@@ -132,7 +152,7 @@ fn unset_fields_are_none_or_defaults() {
 #[test]
 fn validation_errors_name_the_field() {
     type Edit = fn(&mut pb::ContainerConfig);
-    let cases: [(&str, Edit, &[&str]); 12] = [
+    let cases: [(&str, Edit, &[&str]); 11] = [
         (
             "no metadata",
             |c| c.metadata = None,
@@ -177,17 +197,6 @@ fn validation_errors_name_the_field() {
             "bad propagation",
             |c| c.mounts[0].propagation = 5,
             &["mounts[0].propagation", "5"],
-        ),
-        (
-            "id-mapped mount",
-            |c| {
-                c.mounts[0].uid_mappings = vec![pb::IdMapping {
-                    host_id: 1000,
-                    container_id: 0,
-                    length: 1,
-                }]
-            },
-            &["mounts[0]", "ID-mapped"],
         ),
         (
             "CDI device",

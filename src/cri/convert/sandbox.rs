@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::bad_enum;
 use crate::error::{echo, Error, Result};
-use crate::oci::NamespaceMode;
+use crate::oci::{IdMapping, NamespaceMode, UserNamespace, UserNamespaceMode};
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::{Dns, PodName, PortMapping, SandboxRequest};
 
@@ -27,7 +27,10 @@ pub fn sandbox_request(
     let linux = config.linux.unwrap_or_default();
     let security = linux.security_context.unwrap_or_default();
     let ns = security.namespace_options.unwrap_or_default();
-    check_userns("sandbox config", ns.userns_options.as_ref())?;
+    let userns = match userns("sandbox config", ns.userns_options)? {
+        Some(UserNamespaceMode::Pod(u)) => Some(u),
+        Some(UserNamespaceMode::Node) | None => None,
+    };
     let field = |f: &str| format!("sandbox config: linux.security_context.namespace_options.{f}");
     Ok(SandboxRequest {
         pod,
@@ -53,6 +56,7 @@ pub fn sandbox_request(
         ipc: namespace_mode(&field("ipc"), ns.ipc)?,
         sysctls: sorted(linux.sysctls),
         privileged: security.privileged,
+        userns,
     })
 }
 
@@ -124,18 +128,55 @@ pub fn namespace_mode_to_proto(mode: NamespaceMode) -> pb::NamespaceMode {
     }
 }
 
-/// Refuses a user namespace request (mode POD): bosun runs pods with the host's users only, and
-/// silently ignoring `hostUsers: false` would weaken the isolation the pod asked for.
-pub fn check_userns(object: &str, userns: Option<&pb::UserNamespace>) -> Result<()> {
-    match userns.map(|u| u.mode) {
-        None => Ok(()),
-        Some(m) if m == pb::NamespaceMode::Node as i32 => Ok(()),
-        Some(m) => Err(Error::invalid(format!(
-            "{object}: namespace_options.userns_options.mode {}: user namespaces are not supported",
-            pb::NamespaceMode::try_from(m)
-                .map_or_else(|_| m.to_string(), |m| m.as_str_name().to_string())
+/// `userns_options` (`None` when unset): mode NODE (the host's users, no mappings allowed) or
+/// POD with its mappings (checked by the runtime). CONTAINER and TARGET do not exist for user
+/// namespaces (as in containerd and CRI-O): InvalidArgument naming the field.
+pub fn userns(object: &str, u: Option<pb::UserNamespace>) -> Result<Option<UserNamespaceMode>> {
+    let Some(u) = u else {
+        return Ok(None);
+    };
+    let field = format!("{object}: namespace_options.userns_options");
+    match pb::NamespaceMode::try_from(u.mode) {
+        Ok(pb::NamespaceMode::Node) if u.uids.is_empty() && u.gids.is_empty() => {
+            Ok(Some(UserNamespaceMode::Node))
+        }
+        Ok(pb::NamespaceMode::Node) => Err(Error::invalid(format!(
+            "{field}: mode NODE takes no uids/gids mappings ({} and {} given)",
+            u.uids.len(),
+            u.gids.len()
         ))),
+        Ok(pb::NamespaceMode::Pod) => Ok(Some(UserNamespaceMode::Pod(UserNamespace {
+            uids: id_mappings(u.uids),
+            gids: id_mappings(u.gids),
+        }))),
+        Ok(m) => Err(Error::invalid(format!(
+            "{field}.mode {}: only POD and NODE are supported for user namespaces",
+            m.as_str_name()
+        ))),
+        Err(_) => Err(bad_enum(&format!("{field}.mode"), u.mode)),
     }
+}
+
+/// Proto IDMappings as domain ID ranges.
+pub fn id_mappings(map: Vec<pb::IdMapping>) -> Vec<IdMapping> {
+    map.into_iter()
+        .map(|m| IdMapping {
+            container_id: m.container_id,
+            host_id: m.host_id,
+            length: m.length,
+        })
+        .collect()
+}
+
+/// Domain ID ranges as proto IDMappings.
+pub fn id_mappings_to_proto(map: &[IdMapping]) -> Vec<pb::IdMapping> {
+    map.iter()
+        .map(|m| pb::IdMapping {
+            host_id: m.host_id,
+            container_id: m.container_id,
+            length: m.length,
+        })
+        .collect()
 }
 
 /// A proto map as the domain's ordered map.

@@ -115,7 +115,7 @@ fn minimal_config_defaults() {
 #[test]
 fn validation_errors_name_the_field() {
     type Edit = fn(&mut pb::PodSandboxConfig);
-    let cases: [(&str, Edit, &[&str]); 8] = [
+    let cases: [(&str, Edit, &[&str]); 11] = [
         (
             "no metadata",
             |c| c.metadata = None,
@@ -152,16 +152,31 @@ fn validation_errors_name_the_field() {
             &["namespace_options.pid"],
         ),
         (
-            "user namespace",
+            "user namespace mode CONTAINER",
+            |c| set_userns(c, pb::NamespaceMode::Container, 0),
+            &["userns_options.mode", "CONTAINER", "POD and NODE"],
+        ),
+        (
+            "user namespace mode TARGET",
+            |c| set_userns(c, pb::NamespaceMode::Target, 0),
+            &["userns_options.mode", "TARGET"],
+        ),
+        (
+            "host users with mappings",
+            |c| set_userns(c, pb::NamespaceMode::Node, 1),
+            &["userns_options", "NODE", "no uids/gids"],
+        ),
+        (
+            "bad user namespace mode",
             |c| {
                 set_ns(c, |n| {
                     n.userns_options = Some(pb::UserNamespace {
-                        mode: pb::NamespaceMode::Pod as i32,
+                        mode: 7,
                         ..Default::default()
                     })
                 })
             },
-            &["userns_options", "POD", "not supported"],
+            &["userns_options.mode", "7"],
         ),
     ];
     for (what, edit, needles) in cases {
@@ -181,6 +196,48 @@ fn set_ns(c: &mut pb::PodSandboxConfig, f: impl FnOnce(&mut pb::NamespaceOption)
     let linux = c.linux.get_or_insert_with(Default::default);
     let sc = linux.security_context.get_or_insert_with(Default::default);
     f(sc.namespace_options.get_or_insert_with(Default::default));
+}
+
+fn set_userns(c: &mut pb::PodSandboxConfig, mode: pb::NamespaceMode, ranges: usize) {
+    let map = vec![
+        pb::IdMapping {
+            host_id: 65536,
+            container_id: 0,
+            length: 65536,
+        };
+        ranges
+    ];
+    set_ns(c, |n| {
+        n.userns_options = Some(pb::UserNamespace {
+            mode: mode as i32,
+            uids: map.clone(),
+            gids: map,
+        })
+    });
+}
+
+#[test]
+fn pod_user_namespace_carries_its_mappings() {
+    let mut c = config();
+    set_userns(&mut c, pb::NamespaceMode::Pod, 1);
+    let r = sandbox_request(Some(c), "runc").expect("valid");
+    let want = crate::oci::IdMapping {
+        container_id: 0,
+        host_id: 65536,
+        length: 65536,
+    };
+    let ns = r.userns.expect("a user namespace");
+    assert_eq!((ns.uids, ns.gids), (vec![want], vec![want]));
+    // The runtime checks the mappings themselves (it knows the field path and the node).
+    let mut c = config();
+    set_userns(&mut c, pb::NamespaceMode::Pod, 2);
+    assert_eq!(
+        sandbox_request(Some(c), "runc")
+            .expect("converted")
+            .userns
+            .map(|u| u.uids.len()),
+        Some(2)
+    );
 }
 
 #[test]

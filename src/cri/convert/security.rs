@@ -1,7 +1,7 @@
 //! LinuxContainerSecurityContext → `oci::Security`, including the deprecated profile strings.
 
 use super::bad_enum;
-use super::sandbox::{check_userns, namespace_mode};
+use super::sandbox::{namespace_mode, userns};
 use crate::error::{echo, Error, Result};
 use crate::oci::{
     CapabilityEdits, NamespaceOptions, Security, SecurityProfile, SupplementalGroupsPolicy,
@@ -25,7 +25,7 @@ pub fn security(
     let object = format!("container config {:?}: security_context", echo(container));
     let caps = sc.capabilities.unwrap_or_default();
     let ns = sc.namespace_options.unwrap_or_default();
-    check_userns(&object, ns.userns_options.as_ref())?;
+    let user = userns(&object, ns.userns_options)?;
     let field = |f: &str| format!("{object}.namespace_options.{f}");
     let policy = match pb::SupplementalGroupsPolicy::try_from(sc.supplemental_groups_policy) {
         Ok(pb::SupplementalGroupsPolicy::Merge) => SupplementalGroupsPolicy::Merge,
@@ -49,6 +49,7 @@ pub fn security(
             pid: namespace_mode(&field("pid"), ns.pid)?,
             ipc: namespace_mode(&field("ipc"), ns.ipc)?,
             target_id: ns.target_id,
+            user,
         },
         run_as_user: sc.run_as_user.map(|v| v.value),
         run_as_group: sc.run_as_group.map(|v| v.value),

@@ -190,13 +190,27 @@ fn bad_enums_and_user_namespaces_are_invalid() {
     assert_invalid(security("app", Some(c)), &["namespace_options.ipc", "8"]);
 
     let mut c = context();
-    c.namespace_options
-        .iter_mut()
-        .for_each(|n| n.userns_options = Some(pb::UserNamespace::default()));
+    c.namespace_options.iter_mut().for_each(|n| {
+        n.userns_options = Some(pb::UserNamespace {
+            mode: pb::NamespaceMode::Target as i32,
+            ..Default::default()
+        })
+    });
     assert_invalid(
         security("app", Some(c)),
-        &["\"app\"", "userns_options", "not supported"],
+        &["\"app\"", "userns_options.mode", "TARGET"],
     );
+    let mut c = context();
+    c.namespace_options.iter_mut().for_each(|n| {
+        n.userns_options = Some(pb::UserNamespace {
+            mode: pb::NamespaceMode::Pod as i32,
+            ..Default::default()
+        })
+    });
+    assert!(matches!(
+        security("app", Some(c)).expect("converted").namespaces.user,
+        Some(crate::oci::UserNamespaceMode::Pod(_))
+    ));
 
     let mut c = context();
     c.seccomp = None;

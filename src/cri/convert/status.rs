@@ -4,9 +4,12 @@ use std::collections::HashMap;
 
 use super::container::mount_to_proto;
 use super::resources::resources_to_proto;
-use super::sandbox::{namespace_mode_to_proto, pod_metadata, unsorted};
+use super::sandbox::{
+    id_mappings_to_proto, namespace_mode_to_proto, pod_metadata, unsorted, RUNTIME_HANDLERS,
+};
 use super::signal::stop_signal_to_proto;
 use crate::network::NetworkStatus;
+use crate::oci::HostFacts;
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::{
     ContainerMeta, ContainerState, ContainerStatus, SandboxMeta, SandboxState, SandboxStatus,
@@ -74,6 +77,11 @@ pub fn sandbox_status(
                     network: namespace_mode_to_proto(req.network) as i32,
                     pid: namespace_mode_to_proto(req.pid) as i32,
                     ipc: namespace_mode_to_proto(req.ipc) as i32,
+                    userns_options: req.userns.as_ref().map(|u| pb::UserNamespace {
+                        mode: pb::NamespaceMode::Pod as i32,
+                        uids: id_mappings_to_proto(&u.uids),
+                        gids: id_mappings_to_proto(&u.gids),
+                    }),
                     ..Default::default()
                 }),
             }),
@@ -81,6 +89,32 @@ pub fn sandbox_status(
         labels: unsorted(&req.labels),
         annotations: unsorted(&req.annotations),
         runtime_handler: req.runtime_handler.clone(),
+    }
+}
+
+/// Status's runtime handlers (the default "" and its name "runc", one runtime behind both)
+/// with what this node can do: recursive read-only mounts and user namespaces only when the
+/// probes at start found them working (critest and the kubelet rely on these).
+pub fn runtime_handlers(host: &HostFacts) -> Vec<pb::RuntimeHandler> {
+    RUNTIME_HANDLERS
+        .iter()
+        .map(|name| pb::RuntimeHandler {
+            name: name.to_string(),
+            features: Some(pb::RuntimeHandlerFeatures {
+                recursive_read_only_mounts: host.recursive_read_only,
+                user_namespaces: host.user_namespaces,
+            }),
+        })
+        .collect()
+}
+
+/// Status's runtime features: supplemental groups policies are resolved by bosun itself (from
+/// the image's /etc/group), so always available; pods with their own user namespace cannot
+/// use the host network.
+pub fn runtime_features() -> pb::RuntimeFeatures {
+    pb::RuntimeFeatures {
+        supplemental_groups_policy: true,
+        user_namespaces_host_network: false,
     }
 }
 
