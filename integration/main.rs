@@ -3,6 +3,7 @@
 mod cri_containers;
 mod cri_events;
 mod cri_exec;
+mod cri_features;
 mod cri_images;
 mod cri_network;
 mod cri_pods;
@@ -11,6 +12,7 @@ mod cri_sessions;
 mod cri_stats;
 mod cri_stop;
 mod cri_streaming;
+mod cri_userns;
 mod daemon;
 mod hostile;
 mod hostile_cases;
@@ -52,6 +54,8 @@ fn main() {
     trials.extend(cri_network::trials());
     trials.extend(cri_recovery::trials());
     trials.extend(cri_stats::trials());
+    trials.extend(cri_features::trials());
+    trials.extend(cri_userns::trials());
     trials.extend(daemon::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());

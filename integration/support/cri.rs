@@ -275,18 +275,46 @@ pub async fn remove_pod(rt: &mut Rt, id: &str) -> Result<()> {
 /// CreateContainer in `pod`.
 pub async fn create(rt: &mut Rt, pod: &Pod, c: &pb::ContainerConfig) -> Result<String> {
     let name = c.metadata.as_ref().map(|m| m.name.clone());
-    let id = rt
-        .create_container(pb::CreateContainerRequest {
-            pod_sandbox_id: pod.id.clone(),
-            config: Some(c.clone()),
-            sandbox_config: Some(pod.config.clone()),
-        })
+    let id = try_create(rt, pod, c)
         .await
-        .with_context(|| format!("CreateContainer {name:?}"))?
-        .into_inner()
-        .container_id;
+        .with_context(|| format!("CreateContainer {name:?}"))?;
     ensure!(!id.is_empty(), "CreateContainer returned an empty id");
     Ok(id)
+}
+
+/// CreateContainer in `pod`, the gRPC status kept (for refusals).
+pub async fn try_create(
+    rt: &mut Rt,
+    pod: &Pod,
+    c: &pb::ContainerConfig,
+) -> std::result::Result<String, tonic::Status> {
+    rt.create_container(pb::CreateContainerRequest {
+        pod_sandbox_id: pod.id.clone(),
+        config: Some(c.clone()),
+        sandbox_config: Some(pod.config.clone()),
+    })
+    .await
+    .map(|r| r.into_inner().container_id)
+}
+
+/// `r` must have failed with `code` and a message holding every one of `words`.
+pub fn refused<T: std::fmt::Debug>(
+    what: &str,
+    r: std::result::Result<T, tonic::Status>,
+    code: tonic::Code,
+    words: &[&str],
+) -> Result<()> {
+    let e = match r {
+        Ok(v) => bail!("{what}: accepted ({v:?})"),
+        Err(e) => e,
+    };
+    ensure!(
+        e.code() == code && words.iter().all(|w| e.message().contains(w)),
+        "{what}: {:?} {:?}, want {code:?} naming {words:?}",
+        e.code(),
+        e.message()
+    );
+    Ok(())
 }
 
 /// StartContainer.

@@ -31,6 +31,26 @@ pub enum Need {
     Kubectl,
     /// Python grpcio (a grpc-core client) in the venv hack/setup.sh makes; see [`grpcio_python`].
     GrpcIo,
+    /// User namespaces whose ID-mapped mounts work on /var/tmp (where test daemons keep their
+    /// image stores): what Status's `user_namespaces` feature stands for.
+    UserNamespaces,
+}
+
+/// Why pods cannot have user namespaces on this machine (`None`: they can); probed once with
+/// bosun's own probe, this binary holding the probe's user namespace.
+fn userns_unsupported() -> Option<String> {
+    static WHY: OnceLock<Option<String>> = OnceLock::new();
+    WHY.get_or_init(|| {
+        if !rustix::process::geteuid().is_root() {
+            return Some("needs root".into());
+        }
+        bosun::oci::features::probe_user_namespaces(
+            Path::new("/proc/self/exe"),
+            Path::new("/var/tmp"),
+        )
+        .err()
+    })
+    .clone()
 }
 
 fn unmet(need: Need) -> Option<String> {
@@ -66,6 +86,8 @@ fn unmet(need: Need) -> Option<String> {
             "needs Python grpcio at {} (run hack/setup.sh)",
             grpcio_python().display()
         )),
+        Need::UserNamespaces => userns_unsupported()
+            .map(|why| format!("needs user namespaces with ID-mapped mounts: {why}")),
         _ => None,
     }
 }
