@@ -2,14 +2,13 @@
 //! (runc's `rro`, and staged on the host for a runtime without it) and supplemental groups
 //! policies (Merge, Strict) with ContainerStatus.user as the process runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
-use rustix::mount::{MountFlags, UnmountFlags};
 
 use crate::support::cri::{self, Pod, Rt, NEEDS};
-use crate::support::{block_on, runc_bin, trial, Daemon};
+use crate::support::{block_on, runc_bin, trial, Daemon, TmpfsBelow};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -29,34 +28,6 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             groups,
         ),
     ]
-}
-
-/// A host dir with a tmpfs mounted at `tmpfs/` below it (critest's fixture); the tmpfs is
-/// unmounted on drop, whatever the test did.
-struct Volume {
-    dir: PathBuf,
-}
-
-impl Volume {
-    fn new(d: &Daemon) -> Result<Volume> {
-        let dir = d.dir().join("rro-volume");
-        std::fs::create_dir_all(dir.join("tmpfs"))?;
-        rustix::mount::mount(
-            "none",
-            dir.join("tmpfs"),
-            "tmpfs",
-            MountFlags::empty(),
-            c"size=1m",
-        )
-        .context("mount the volume's tmpfs")?;
-        Ok(Volume { dir })
-    }
-}
-
-impl Drop for Volume {
-    fn drop(&mut self) {
-        let _ = rustix::mount::unmount(self.dir.join("tmpfs"), UnmountFlags::DETACH);
-    }
 }
 
 fn mount(vol: &Path, at: &str, rro: bool) -> pb::Mount {
@@ -91,7 +62,7 @@ async fn run(
 /// The whole recursive read-only check against daemon `d`; returns the container ids.
 fn check_rro(d: &Daemon) -> Result<Vec<String>> {
     let busybox = cri::import(d, "busybox")?;
-    let vol = Volume::new(d)?;
+    let vol = TmpfsBelow::new(&d.dir().join("rro-volume"))?;
     block_on(async {
         let mut rt = cri::client(d).await?;
         let st = rt

@@ -9,7 +9,7 @@ use bosun::proto::bosun::v1 as api;
 
 use crate::support::cri::{self, NEEDS};
 use crate::support::pods::{self, BUSYBOX};
-use crate::support::{block_on, trial, Daemon};
+use crate::support::{block_on, trial, Daemon, Need, TmpfsBelow};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -28,7 +28,104 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             NEEDS,
             host_network,
         ),
+        trial(
+            "pod::config::host_users_false_strict_groups_and_recursive_read_only",
+            &[Need::Root, Need::Runc, Need::Images, Need::UserNamespaces],
+            users_and_mounts,
+        ),
     ]
+}
+
+/// `hostUsers: false`, `supplementalGroupsPolicy: Strict` and `recursiveReadOnly: Enabled`
+/// from a Pod manifest: the container's maps, groups and mounts as it sees them, the pod's
+/// status (user) and `bosun pod describe`, and a second pod getting another range.
+fn users_and_mounts() -> Result<()> {
+    let d = pods::daemon(10, "")?;
+    let vol = TmpfsBelow::new(&d.dir().join("host-vol"))?;
+    let yaml = |name: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  hostUsers: false
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsUser: 1000
+    supplementalGroups: [1234]
+    supplementalGroupsPolicy: Strict
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c]
+    args:
+    - |
+      echo "map=$(cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //')"
+      echo "groups=$(id -G)"
+      touch /ro/tmpfs/f 2>/dev/null && echo tmpfs-writable || echo tmpfs-read-only
+      echo x > /data/f && echo "data=$(stat -c %u:%g /data/f)"
+      echo done; exec sleep 600
+    volumeMounts:
+    - {{name: host, mountPath: /ro, readOnly: true, recursiveReadOnly: Enabled}}
+    - {{name: data, mountPath: /data}}
+  volumes:
+  - {{name: host, hostPath: {{path: {}}}}}
+  - {{name: data, emptyDir: {{}}}}
+"#,
+            vol.dir.display()
+        )
+    };
+    pods::apply(&d, &yaml("own-users"))?;
+    pods::wait_for(&d, "own-users", 30, "running", |p| pods::running(p, "main"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut logs = String::new();
+    while Instant::now() < deadline && !logs.contains("done") {
+        logs = pods::cli(&d, &["logs", "own-users"])?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for want in [
+        "map=0 65536 65536",
+        "groups=1000 1234",
+        "tmpfs-read-only",
+        "data=1000:1000",
+    ] {
+        ensure!(logs.contains(want), "logs lack {want:?}:\n{logs}");
+    }
+    let p = pods::get(&d, "own-users")?.context("no pod")?;
+    let user = pods::container(&p, "main")
+        .and_then(|c| c.user)
+        .and_then(|u| u.linux)
+        .context("no status user")?;
+    ensure!(
+        (user.uid, user.gid, user.supplemental_groups.clone())
+            == (1000, 1000, Some(vec![1000, 1234])),
+        "status user {user:?}"
+    );
+    let text = pods::cli(&d, &["describe", "own-users"])?;
+    for want in [
+        "Host Users:   false, own user namespace (inside host length: 0 65536 65536)",
+        "Supplemental Groups Policy: Strict",
+        "User:         uid=1000 gid=1000 groups=1000,1234",
+        "/ro from host (ro, recursive)",
+    ] {
+        ensure!(text.contains(want), "describe lacks {want:?}:\n{text}");
+    }
+    // A second pod gets the next range.
+    pods::apply(&d, &yaml("own-users-2"))?;
+    pods::wait_for(&d, "own-users-2", 30, "running", |p| {
+        pods::running(p, "main")
+    })?;
+    let text = pods::cli(&d, &["describe", "own-users-2"])?;
+    ensure!(
+        text.contains("(inside host length: 0 131072 65536)"),
+        "second pod's range:\n{text}"
+    );
+    pods::cli(&d, &["delete", "own-users", "--grace-period", "1"])?;
+    pods::delete_and_check(&d, "own-users-2")?;
+    pods::wait_gone(&d, "own-users", 20)?;
+    cri::assert_clean(&d)
 }
 
 /// env and volumes from `[pod] configmap_dir`/`secret_dir` files, the downward API, `$(VAR)`

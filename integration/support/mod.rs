@@ -178,6 +178,37 @@ pub fn scratch() -> anyhow::Result<tempfile::TempDir> {
         .tempdir_in("/var/tmp")?)
 }
 
+/// A host directory `dir` with a tmpfs mounted at `dir/tmpfs` (critest's recursive read-only
+/// fixture); the tmpfs is unmounted on drop, whatever the test did.
+pub struct TmpfsBelow {
+    /// The directory (what a volume mounts).
+    pub dir: PathBuf,
+}
+
+impl TmpfsBelow {
+    /// Creates `dir` and mounts a 1 MiB tmpfs at `dir/tmpfs`.
+    pub fn new(dir: &Path) -> anyhow::Result<TmpfsBelow> {
+        std::fs::create_dir_all(dir.join("tmpfs"))?;
+        rustix::mount::mount(
+            "none",
+            dir.join("tmpfs"),
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            c"size=1m",
+        )
+        .map_err(|e| anyhow::anyhow!("mount a tmpfs below {}: {e}", dir.display()))?;
+        Ok(TmpfsBelow {
+            dir: dir.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for TmpfsBelow {
+    fn drop(&mut self) {
+        let _ = rustix::mount::unmount(self.dir.join("tmpfs"), rustix::mount::UnmountFlags::DETACH);
+    }
+}
+
 /// Polls `f` every 20 ms until it is true or `secs` pass.
 pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);

@@ -54,6 +54,7 @@ pub fn view_to_proto(v: &api::PodView) -> pb::PodView {
             .collect(),
         source: v.source.clone(),
         sandbox_id: v.sandbox_id.clone(),
+        user_namespace: v.user_namespace.clone(),
         logs: v
             .logs
             .iter()

@@ -153,6 +153,9 @@ pub struct PodView {
     pub sandbox_id: String,
     /// Log files by container name, in spec order (init containers first).
     pub logs: Vec<LogRef>,
+    /// `hostUsers: false`: the pod's uid ranges as `inside host length` (gids alike); empty
+    /// with the host's users.
+    pub user_namespace: String,
 }
 
 /// `bosun pod delete`.

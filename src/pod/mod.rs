@@ -20,6 +20,7 @@ pub mod quantity;
 pub mod resources;
 pub mod supervisor;
 pub mod translate;
+pub mod userns;
 pub mod validate;
 pub mod volumes;
 

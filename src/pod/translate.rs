@@ -14,7 +14,7 @@ use super::resources;
 use crate::error::{Error, Result};
 use crate::oci::request::{
     CapabilityEdits, LinuxRequest, MountRequest, NamespaceMode, NamespaceOptions, Security,
-    SecurityProfile,
+    SecurityProfile, SupplementalGroupsPolicy,
 };
 use crate::runtime::{Dns, NewContainer, PodName, PortMapping, SandboxRequest};
 
@@ -502,6 +502,15 @@ pub fn security(
         },
     };
     let unmasked = c.proc_mount.as_deref() == Some("Unmasked");
+    let supplemental_groups_policy = match pod.supplemental_groups_policy.as_deref() {
+        None | Some("Merge") => SupplementalGroupsPolicy::Merge,
+        Some("Strict") => SupplementalGroupsPolicy::Strict,
+        Some(other) => {
+            return Err(format!(
+                "securityContext.supplementalGroupsPolicy: unsupported value {other:?}"
+            ))
+        }
+    };
     Ok(Security {
         capabilities: CapabilityEdits {
             add: caps.add.unwrap_or_default(),
@@ -530,11 +539,11 @@ pub fn security(
         run_as_username: None,
         readonly_rootfs: c.read_only_root_filesystem.unwrap_or(false),
         supplemental_groups: groups,
+        supplemental_groups_policy,
         no_new_privs: c.allow_privilege_escalation == Some(false),
         masked_paths: unmasked.then(Vec::new),
         readonly_paths: unmasked.then(Vec::new),
         seccomp,
         apparmor,
-        ..Security::default()
     })
 }

@@ -9,7 +9,7 @@ use super::manifest::parse;
 use super::translate::{
     container_request, dns, parse_resolv, sandbox_request, ContainerKind, PodContext,
 };
-use crate::oci::request::{NamespaceMode, SecurityProfile};
+use crate::oci::request::{NamespaceMode, SecurityProfile, SupplementalGroupsPolicy};
 
 fn pod(yaml: &str) -> Pod {
     parse("t.yaml", yaml).expect("parse").remove(0)
@@ -385,4 +385,40 @@ spec:
             .map(String::as_str),
         Some("sidecar")
     );
+}
+
+#[test]
+fn supplemental_groups_policy_comes_from_the_pod() {
+    for (policy, want) in [
+        ("", SupplementalGroupsPolicy::Merge),
+        (
+            "supplementalGroupsPolicy: Merge",
+            SupplementalGroupsPolicy::Merge,
+        ),
+        (
+            "supplementalGroupsPolicy: Strict",
+            SupplementalGroupsPolicy::Strict,
+        ),
+    ] {
+        let p = pod(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: g}}\nspec:\n  securityContext: {{{policy}}}\n  containers: [{{name: a, image: busybox}}]\n"
+        ));
+        let spec = p.spec.as_ref().expect("spec");
+        let r = container_request(
+            &ctx(&p),
+            ContainerKind::App,
+            &spec.containers[0],
+            0,
+            vec![],
+            vec![],
+            None,
+        )
+        .expect("request");
+        assert_eq!(
+            r.request.linux.security.supplemental_groups_policy, want,
+            "{policy}"
+        );
+        // Containers join the pod's user namespace: the sandbox request carries it.
+        assert_eq!(r.request.linux.security.namespaces.user, None);
+    }
 }

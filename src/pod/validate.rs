@@ -89,6 +89,7 @@ pub fn validate(pod: &Pod) -> Report {
             format!("must be ≥ 0 (got {g})"),
         );
     }
+    check_users(&mut r, spec);
     let volumes = spec.volumes.as_deref().unwrap_or_default();
     let volume_names = check_volumes(&mut r, volumes);
     let mut names = HashSet::new();
@@ -278,6 +279,65 @@ fn check_container(
                 "must be an absolute path",
             );
         }
+        check_recursive_read_only(r, &format!("{path}.volumeMounts[{i}]"), m);
+    }
+}
+
+/// The API server's rules for `recursiveReadOnly`: Disabled, IfPossible or Enabled; only on a
+/// read-only mount; Enabled only without mount propagation.
+fn check_recursive_read_only(
+    r: &mut Report,
+    path: &str,
+    m: &k8s_openapi::api::core::v1::VolumeMount,
+) {
+    let Some(rro) = m.recursive_read_only.as_deref() else {
+        return;
+    };
+    let field = format!("{path}.recursiveReadOnly");
+    if !matches!(rro, "Disabled" | "IfPossible" | "Enabled") {
+        r.err(
+            field,
+            format!("unsupported value {rro:?}: Disabled, IfPossible or Enabled"),
+        );
+        return;
+    }
+    if rro != "Disabled" && m.read_only != Some(true) {
+        r.err(field.clone(), "may only be specified when readOnly is true");
+    }
+    if rro == "Enabled" && m.mount_propagation.as_deref().is_some_and(|p| p != "None") {
+        r.err(
+            field,
+            "Enabled may only be specified with mountPropagation None",
+        );
+    }
+}
+
+/// `hostUsers: false` and `supplementalGroupsPolicy`: a pod with its own user namespace cannot
+/// share the host's network, pid or IPC namespaces (the API server refuses it too).
+fn check_users(r: &mut Report, spec: &k8s_openapi::api::core::v1::PodSpec) {
+    if spec.host_users == Some(false) {
+        for (field, set) in [
+            ("hostNetwork", spec.host_network),
+            ("hostPID", spec.host_pid),
+            ("hostIPC", spec.host_ipc),
+        ] {
+            if set == Some(true) {
+                r.err(
+                    "spec.hostUsers",
+                    format!("false is not allowed with {field}: true"),
+                );
+            }
+        }
+    }
+    let policy = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.supplemental_groups_policy.as_deref());
+    if let Some(p) = policy.filter(|p| !matches!(*p, "Merge" | "Strict")) {
+        r.err(
+            "spec.securityContext.supplementalGroupsPolicy",
+            format!("unsupported value {p:?}: Merge or Strict"),
+        );
     }
 }
 

@@ -158,3 +158,57 @@ fn dns_labels() {
         assert!(!is_dns_label(bad), "{bad:?}");
     }
 }
+
+#[test]
+fn own_users_recursive_read_only_and_groups_policy_rules() {
+    let r = check(
+        "
+apiVersion: v1
+kind: Pod
+metadata: {name: users}
+spec:
+  hostUsers: false
+  hostNetwork: true
+  hostPID: true
+  securityContext: {supplementalGroupsPolicy: Loose}
+  volumes: [{name: v, emptyDir: {}}]
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts:
+    - {name: v, mountPath: /a, recursiveReadOnly: Enabled}
+    - {name: v, mountPath: /b, readOnly: true, recursiveReadOnly: Enabled, mountPropagation: HostToContainer}
+    - {name: v, mountPath: /c, readOnly: true, recursiveReadOnly: Sometimes}
+    - {name: v, mountPath: /d, readOnly: true, recursiveReadOnly: IfPossible}
+    - {name: v, mountPath: /e, recursiveReadOnly: Disabled}
+",
+    );
+    let mut got = paths(&r);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "spec.containers[0].volumeMounts[0].recursiveReadOnly",
+            "spec.containers[0].volumeMounts[1].recursiveReadOnly",
+            "spec.containers[0].volumeMounts[2].recursiveReadOnly",
+            "spec.hostUsers",
+            "spec.hostUsers",
+            "spec.securityContext.supplementalGroupsPolicy",
+        ],
+        "{:#?}",
+        r.errors
+    );
+    let msgs: Vec<&str> = r.errors.iter().map(|e| e.message.as_str()).collect();
+    for want in [
+        "may only be specified when readOnly is true",
+        "Enabled may only be specified with mountPropagation None",
+        "false is not allowed with hostNetwork: true",
+        "false is not allowed with hostPID: true",
+        "Merge or Strict",
+    ] {
+        assert!(
+            msgs.iter().any(|m| m.contains(want)),
+            "{want:?} in {msgs:#?}"
+        );
+    }
+}

@@ -243,10 +243,27 @@ fn check_host_path(path: &Path, kind: &str) -> std::result::Result<(), String> {
     }
 }
 
+/// What the node can do for a pod's volume mounts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MountFacts<'a> {
+    /// Recursive read-only mounts are possible.
+    pub recursive_read_only: bool,
+    /// The pod's own user namespace (`hostUsers: false`).
+    pub userns: Option<&'a crate::oci::UserNamespace>,
+}
+
 impl PodVolumes {
     /// The mounts of container `c` (restart number `restart_count`): its volumeMounts, and its
-    /// termination-message file (created empty) at terminationMessagePath.
-    pub fn mounts(&self, c: &Container, restart_count: u32) -> Result<Vec<MountRequest>> {
+    /// termination-message file (created empty) at terminationMessagePath. `node` says what the
+    /// node can do for them: recursive read-only mounts (`recursiveReadOnly: IfPossible` takes
+    /// them when it can), and the pod's own user namespace (volumes are ID-mapped with it, as
+    /// the kubelet asks).
+    pub fn mounts(
+        &self,
+        c: &Container,
+        restart_count: u32,
+        node: &MountFacts<'_>,
+    ) -> Result<Vec<MountRequest>> {
         let what = |m: &str| format!("container {}: volumeMounts {m}", c.name);
         let mut out = Vec::new();
         for m in c.volume_mounts.iter().flatten() {
@@ -273,13 +290,27 @@ impl PodVolumes {
                     ))))
                 }
             };
-            out.push(MountRequest {
+            let readonly = m.read_only.unwrap_or(false) || v.read_only;
+            // Validation made sure Enabled comes with readOnly and no propagation.
+            let recursive_read_only = match m.recursive_read_only.as_deref() {
+                Some("Enabled") => true,
+                Some("IfPossible") => {
+                    node.recursive_read_only && readonly && propagation == Propagation::Private
+                }
+                _ => false,
+            };
+            let mut mount = MountRequest {
                 container_path: m.mount_path.clone(),
                 host_path: host.to_string_lossy().into_owned(),
-                readonly: m.read_only.unwrap_or(false) || v.read_only,
+                readonly,
                 propagation,
+                recursive_read_only,
                 ..Default::default()
-            });
+            };
+            if let Some(ns) = node.userns {
+                crate::pod::userns::map_volumes(std::slice::from_mut(&mut mount), ns);
+            }
+            out.push(mount);
         }
         let tpath = c
             .termination_message_path

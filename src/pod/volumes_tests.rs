@@ -9,7 +9,7 @@ use super::env::Sources;
 use super::manifest::parse;
 use super::projection;
 use super::translate::PodContext;
-use super::volumes::{prepare, sub_path, teardown, termination_message_path};
+use super::volumes::{prepare, sub_path, teardown, termination_message_path, MountFacts};
 
 fn pod(yaml: &str) -> Pod {
     parse("t.yaml", yaml).expect("parse").remove(0)
@@ -113,7 +113,7 @@ fn projected_files_are_written_atomically_with_modes() {
     assert_eq!(generations, 1);
     // Mounts: configMap volumes are read-only, plus the termination-message file.
     let c = &p.spec.as_ref().expect("spec").containers[0];
-    let m = v.mounts(c, 4).expect("mounts");
+    let m = v.mounts(c, 4, &MountFacts::default()).expect("mounts");
     assert_eq!(m.len(), 2);
     assert_eq!(m[0].container_path, "/cfg");
     assert!(m[0].readonly);
@@ -219,7 +219,7 @@ fn memory_empty_dir_is_a_sized_tmpfs_until_teardown() {
     let st = rustix::fs::statfs(&mem).expect("statfs");
     assert_eq!(st.f_blocks as u64 * st.f_bsize as u64, 8 << 20);
     let c = &p.spec.as_ref().expect("spec").containers[0];
-    let m = v.mounts(c, 0).expect("mounts");
+    let m = v.mounts(c, 0, &MountFacts::default()).expect("mounts");
     assert!(
         m[1].host_path.ends_with("volumes/disk/logs"),
         "{}",
@@ -229,4 +229,40 @@ fn memory_empty_dir_is_a_sized_tmpfs_until_teardown() {
     teardown(&pod_dir).expect("teardown");
     assert_eq!(mounted(&mem), None);
     assert!(!pod_dir.join("volumes").exists());
+}
+
+#[test]
+fn recursive_read_only_and_user_namespace_reach_the_volume_mounts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = with_volumes(
+        "  - {name: v, emptyDir: {}}\n",
+        "    - {name: v, mountPath: /on, readOnly: true, recursiveReadOnly: Enabled}\n    - {name: v, mountPath: /maybe, readOnly: true, recursiveReadOnly: IfPossible}\n    - {name: v, mountPath: /off, readOnly: true}\n",
+    );
+    let v = prepare(&ctx(&p), &dir.path().join("pod"), &sources(dir.path())).expect("prepare");
+    let c = &p.spec.as_ref().expect("spec").containers[0];
+    let rro = |facts: &MountFacts| -> Vec<bool> {
+        let m = v.mounts(c, 0, facts).expect("mounts");
+        m.iter().take(3).map(|m| m.recursive_read_only).collect()
+    };
+    assert_eq!(rro(&MountFacts::default()), [true, false, false]);
+    let able = MountFacts {
+        recursive_read_only: true,
+        userns: None,
+    };
+    assert_eq!(rro(&able), [true, true, false]);
+    let ns = crate::pod::userns::mapping(65_536);
+    let mapped = MountFacts {
+        recursive_read_only: true,
+        userns: Some(&ns),
+    };
+    let m = v.mounts(c, 0, &mapped).expect("mounts");
+    assert!(m[..3]
+        .iter()
+        .all(|m| m.uid_mappings == ns.uids && m.gid_mappings == ns.gids));
+    let term = m.last().expect("termination file");
+    assert_eq!(term.container_path, "/dev/termination-log");
+    assert!(
+        term.uid_mappings.is_empty(),
+        "the termination file is not ID-mapped"
+    );
 }

@@ -177,17 +177,66 @@ fn containers(
                 let _ = writeln!(out, "      {}: {value}", e.name);
             }
         }
+        if let Some(u) = st
+            .and_then(|s| s.user.as_ref())
+            .and_then(|u| u.linux.as_ref())
+        {
+            let groups: Vec<String> = u
+                .supplemental_groups
+                .iter()
+                .flatten()
+                .map(ToString::to_string)
+                .collect();
+            let _ = writeln!(
+                out,
+                "    User:         uid={} gid={} groups={}",
+                u.uid,
+                u.gid,
+                groups.join(",")
+            );
+        }
         if let Some(m) = &c.volume_mounts {
             let _ = writeln!(out, "    Mounts:");
+            let created = st.and_then(|s| s.volume_mounts.as_ref());
             for m in m {
                 let ro = if m.read_only == Some(true) {
                     "ro"
                 } else {
                     "rw"
                 };
-                let _ = writeln!(out, "      {} from {} ({ro})", m.mount_path, m.name);
+                // The resolved recursiveReadOnly (IfPossible becomes Enabled or Disabled).
+                let rro = created
+                    .and_then(|c| c.iter().find(|s| s.mount_path == m.mount_path))
+                    .and_then(|s| s.recursive_read_only.clone())
+                    .or_else(|| m.recursive_read_only.clone());
+                let rro = match rro.as_deref() {
+                    Some("Enabled") => ", recursive",
+                    Some("IfPossible") => ", recursive if possible",
+                    _ => "",
+                };
+                let _ = writeln!(out, "      {} from {} ({ro}{rro})", m.mount_path, m.name);
             }
         }
+    }
+}
+
+/// Whose users the pod runs with: its own user namespace (`hostUsers: false`, with the ranges
+/// when it has a sandbox) or the host's, and the supplemental groups policy.
+fn users(out: &mut String, spec: &k8s_openapi::api::core::v1::PodSpec, v: &api::PodView) {
+    if spec.host_users == Some(false) {
+        let ranges = if v.user_namespace.is_empty() {
+            String::new()
+        } else {
+            format!(" (inside host length: {})", v.user_namespace)
+        };
+        let _ = writeln!(out, "Host Users:   false, own user namespace{ranges}");
+    }
+    let policy = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.supplemental_groups_policy.as_deref());
+    if let Some(p) = policy {
+        let _ = writeln!(out, "Supplemental Groups Policy: {p}");
     }
 }
 
@@ -232,6 +281,7 @@ pub fn describe(v: &api::PodView, now: i64) -> anyhow::Result<String> {
         st.qos_class.clone().unwrap_or_default()
     );
     let _ = writeln!(out, "Sandbox:      {}", v.sandbox_id);
+    users(&mut out, &spec, v);
     containers(
         &mut out,
         "Init Containers",
@@ -383,6 +433,40 @@ mod tests {
             source: "api".into(),
             sandbox_id: "abc".into(),
             logs: vec![],
+            user_namespace: String::new(),
+        }
+    }
+
+    #[test]
+    fn describe_shows_users_groups_policy_and_recursive_read_only() {
+        let pod = serde_json::json!({
+            "metadata": {"name": "u", "namespace": "default", "uid": "u2"},
+            "spec": {"hostUsers": false,
+                "securityContext": {"supplementalGroupsPolicy": "Strict"},
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "containers": [{"name": "app", "image": "busybox", "volumeMounts": [
+                    {"name": "data", "mountPath": "/a", "readOnly": true, "recursiveReadOnly": "IfPossible"},
+                    {"name": "data", "mountPath": "/b", "readOnly": true}]}]},
+            "status": {"containerStatuses": [{"name": "app", "image": "busybox", "imageID": "",
+                "ready": true, "restartCount": 0,
+                "user": {"linux": {"uid": 1000, "gid": 1000, "supplementalGroups": [1000, 1234]}},
+                "volumeMounts": [{"name": "data", "mountPath": "/a", "readOnly": true,
+                    "recursiveReadOnly": "Enabled"}]}]}
+        });
+        let v = api::PodView {
+            pod_json: pod.to_string(),
+            user_namespace: "0 65536 65536".into(),
+            ..view()
+        };
+        let text = describe(&v, 0).expect("describe");
+        for want in [
+            "Host Users:   false, own user namespace (inside host length: 0 65536 65536)",
+            "Supplemental Groups Policy: Strict",
+            "User:         uid=1000 gid=1000 groups=1000,1234",
+            "/a from data (ro, recursive)",
+            "/b from data (ro)",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
     }
 

@@ -112,9 +112,13 @@ impl Worker {
         let ctx = self.ctx();
         let envs = env::resolve(&ctx, &spec, &facts, &sources)
             .map_err(|e| ("CreateContainerConfigError", e))?;
+        let node = volumes::MountFacts {
+            recursive_read_only: self.sh.runtime.host().recursive_read_only,
+            userns: self.sandbox.as_ref().and_then(|s| s.userns.as_ref()),
+        };
         let mounts = match &self.volumes {
             Some(v) => v
-                .mounts(&spec, restart_count)
+                .mounts(&spec, restart_count, &node)
                 .map_err(|e| ("CreateContainerConfigError", e))?,
             None => Vec::new(),
         };

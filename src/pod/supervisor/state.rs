@@ -20,6 +20,8 @@ pub struct Inst {
     pub log_path: String,
     pub image_id: String,
     pub status: ContainerStatus,
+    /// The mounts as created (recursive read-only resolved).
+    pub mounts: Vec<crate::oci::MountRequest>,
 }
 
 impl Inst {
@@ -31,6 +33,7 @@ impl Inst {
             log_path: m.log_path.clone(),
             image_id: m.image_ref.clone(),
             status: e.status(),
+            mounts: m.request.mounts.clone(),
         }
     }
 

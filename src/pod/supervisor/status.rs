@@ -2,7 +2,8 @@
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, PodCondition, PodIP, PodStatus,
+    ContainerStatus, ContainerUser, LinuxContainerUser, PodCondition, PodIP, PodStatus,
+    VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -217,6 +218,16 @@ impl Worker {
                 .as_ref()
                 .map(|s| s.id.clone())
                 .unwrap_or_default(),
+            user_namespace: self
+                .sandbox
+                .as_ref()
+                .and_then(|s| s.userns.as_ref())
+                .map(|ns| {
+                    crate::oci::userns::map_text(&ns.uids)
+                        .trim_end()
+                        .replace('\n', ", ")
+                })
+                .unwrap_or_default(),
             logs: self
                 .cs
                 .iter()
@@ -323,7 +334,47 @@ impl Worker {
             restart_count: c.restart_count() as i32,
             state: Some(state),
             last_state: last,
+            user: c
+                .current
+                .as_ref()
+                .and_then(|i| i.status.user.as_ref())
+                .map(|u| ContainerUser {
+                    linux: Some(LinuxContainerUser {
+                        uid: i64::from(u.uid),
+                        gid: i64::from(u.gid),
+                        supplemental_groups: Some(u.groups.iter().map(|g| i64::from(*g)).collect()),
+                    }),
+                }),
+            volume_mounts: c.current.as_ref().map(|i| volume_mounts(&c.spec, i)),
             ..Default::default()
         }
     }
+}
+
+/// The kubelet's `volumeMounts` status: each volumeMount as created, `recursiveReadOnly`
+/// resolved to Enabled or Disabled.
+fn volume_mounts(spec: &k8s_openapi::api::core::v1::Container, i: &Inst) -> Vec<VolumeMountStatus> {
+    spec.volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|vm| {
+            let m = i
+                .mounts
+                .iter()
+                .find(|m| m.container_path == vm.mount_path)?;
+            Some(VolumeMountStatus {
+                name: vm.name.clone(),
+                mount_path: vm.mount_path.clone(),
+                read_only: Some(m.readonly),
+                recursive_read_only: vm.recursive_read_only.as_ref().map(|_| {
+                    if m.recursive_read_only {
+                        "Enabled"
+                    } else {
+                        "Disabled"
+                    }
+                    .to_string()
+                }),
+            })
+        })
+        .collect()
 }

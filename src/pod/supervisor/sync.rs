@@ -86,6 +86,7 @@ impl Worker {
                 ip: st.ips.first().cloned().or(last_ip),
                 ready: st.state() == SandboxState::Ready,
                 attempt: e.meta().request.pod.attempt,
+                userns: e.meta().request.userns.clone(),
             }
         });
         let all = super::state::instances(&self.sh.runtime, &uid);
@@ -301,6 +302,8 @@ impl Worker {
             None => 0,
         };
         let pod_dir = self.rec.dir(&self.sh.pods_dir);
+        let own_users = self.rec.pod.spec.as_ref().and_then(|s| s.host_users) == Some(false);
+        let previous = self.sandbox.as_ref().and_then(|s| s.userns.clone());
         let result = async {
             let sources = self.sh.sources();
             let ctx = PodContext {
@@ -308,8 +311,18 @@ impl Worker {
                 ..self.ctx()
             };
             let vols = volumes::prepare(&ctx, &pod_dir, &sources)?;
-            let req = translate::sandbox_request(&ctx)?;
+            let mut req = translate::sandbox_request(&ctx)?;
+            // hostUsers: false: the range this pod had, else a free one (kept from other
+            // picks until the sandbox records it).
+            let picked = match (own_users, &previous) {
+                (true, None) => Some(self.sh.pick_userns()?),
+                _ => None,
+            };
+            if own_users {
+                req.userns = previous.or_else(|| picked.as_ref().map(|p| p.ns.clone()));
+            }
             let id = self.sh.runtime.run_sandbox(req).await?;
+            drop(picked);
             Ok::<_, crate::error::Error>((vols, id))
         }
         .await;

@@ -63,6 +63,8 @@ pub struct Sandbox {
     pub ip: Option<String>,
     pub ready: bool,
     pub attempt: u32,
+    /// The pod's own user namespace (`hostUsers: false`), kept when the sandbox is re-made.
+    pub userns: Option<crate::oci::UserNamespace>,
 }
 
 /// One pod's state, owned by its task.
