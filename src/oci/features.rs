@@ -58,9 +58,9 @@ pub fn runtime_features(runtime: &Path) -> RuntimeMountFeatures {
     }
 }
 
-/// Whether pods can get user namespaces here: the kernel allows them, and a clone of the mount
-/// holding `path` (the image store) can be ID-mapped through a fresh user namespace (what the
-/// rootfs and volumes need). `binary` is bosun, run as the namespace holder. `Err` says why not.
+/// Whether pods can get user namespaces here: the kernel allows them, overlayfs takes ID-mapped
+/// layers (Linux 5.19), and a clone of the mount holding `path` (the image store) can be
+/// ID-mapped through a fresh user namespace (what the rootfs and volumes need). `binary` is bosun, run as the namespace holder. `Err` says why not.
 pub fn probe_user_namespaces(binary: &Path, path: &Path) -> Result<(), String> {
     if !Path::new("/proc/self/ns/user").exists() {
         return Err("the kernel has no user namespaces".into());
@@ -68,6 +68,13 @@ pub fn probe_user_namespaces(binary: &Path, path: &Path) -> Result<(), String> {
     let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces").unwrap_or_default();
     if max.trim() == "0" {
         return Err("user.max_user_namespaces is 0".into());
+    }
+    let kernel = crate::oci::seccomp::host_kernel();
+    if kernel < (5, 19) {
+        return Err(format!(
+            "Linux {}.{}: overlayfs takes ID-mapped layers from 5.19 on",
+            kernel.0, kernel.1
+        ));
     }
     if !mount_api::mount_setattr_supported() {
         return Err("the kernel has no mount_setattr (Linux 5.12)".into());
