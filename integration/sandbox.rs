@@ -26,7 +26,110 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             failing_sysctl,
         ),
         trial("sandbox::pod_files_and_shm_tmpfs", &[Need::Root], pod_files),
+        trial(
+            "sandbox::own_user_namespace_owns_the_pods_namespaces_and_undoes_a_failure",
+            &[Need::Root, Need::UserNamespaces],
+            own_user_namespace,
+        ),
     ]
+}
+
+/// `uid_map`/`gid_map` given: the user namespace is pinned, maps as asked, and owns the pod's
+/// net, IPC, UTS and pid namespaces (its init runs inside); a failing sysctl undoes it all.
+fn own_user_namespace() -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let pod = Pod::new()?;
+    let mut opts = pod.opts();
+    opts.net = true;
+    opts.ipc = true;
+    opts.uts = true;
+    opts.pid = true;
+    opts.hostname = Some("userns-pod".into());
+    opts.sysctls = [(
+        "net.ipv4.ip_unprivileged_port_start".to_string(),
+        "77".to_string(),
+    )]
+    .into();
+    opts.uid_map = vec![(0, 400_000, 65_536)];
+    opts.gid_map = vec![(0, 500_000, 65_536)];
+    let ns = PodNamespaces::create(&pod.path(), &opts)?;
+    let user = ns.user.clone().context("user namespace not pinned")?;
+    let holder = ns.pid_holder.context("no pid holder")?;
+    let maps = std::fs::read_to_string(format!("/proc/{holder}/uid_map"))?
+        + &std::fs::read_to_string(format!("/proc/{holder}/gid_map"))?;
+    let maps: Vec<String> = maps
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    ensure!(
+        maps == ["0 400000 65536", "0 500000 65536"],
+        "maps {maps:?}"
+    );
+    let owner = std::fs::metadata(&user)?.ino().to_string();
+    let lsns = run(Command::new("lsns")
+        .args(["-n", "-o", "TYPE,ONS", "-p"])
+        .arg(holder.to_string()))?;
+    for kind in ["net", "ipc", "uts", "pid"] {
+        let owned = lsns.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.first() == Some(&kind) && f.get(1) == Some(&owner.as_str())
+        });
+        ensure!(
+            owned,
+            "{kind} is not owned by the pod's user namespace {owner}: {lsns}"
+        );
+    }
+    let uts = ns.uts.clone().context("uts")?;
+    ensure!(nsenter("uts", &uts, &["hostname"])?.trim() == "userns-pod");
+    let net = ns.net.clone().context("net")?;
+    let port = nsenter("net", &net, &["cat", PORT_SYSCTL])?;
+    ensure!(
+        port.trim() == "77",
+        "sysctl in the pod's net namespace: {port}"
+    );
+    ns.remove()?;
+    ensure!(
+        mounts_under(pod.dir.path()).is_empty(),
+        "mounts left after remove"
+    );
+    ensure!(
+        wait_until(5, || !Path::new(&format!("/proc/{holder}")).exists()),
+        "the pid holder survived remove"
+    );
+
+    // A failure after the user namespace exists (the sysctl) leaves nothing.
+    opts.sysctls = [("net.bosun.no_such_knob".to_string(), "1".to_string())].into();
+    let before = pod_inits();
+    let err = PodNamespaces::create(&pod.path(), &opts).expect_err("must fail");
+    ensure!(err.message().contains("no_such_knob"), "{err}");
+    ensure!(
+        mounts_under(pod.dir.path()).is_empty(),
+        "mounts left after failure"
+    );
+    ensure!(!pod.path().join("user").exists(), "user pin file left");
+    ensure!(
+        wait_until(5, || pod_inits() == before),
+        "a pod init survived the failure: {:?}",
+        pod_inits()
+    );
+    Ok(())
+}
+
+/// Live `pod-init` processes.
+fn pod_inits() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| c.split(|b| *b == 0).nth(1) == Some(b"pod-init"))
+                        && std::fs::read_to_string(e.path().join("stat"))
+                            .is_ok_and(|s| !s.contains(") Z "))
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A scratch pin dir; on drop (even after a failure) removes the namespaces, detaches every
