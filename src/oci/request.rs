@@ -280,9 +280,10 @@ pub struct Security {
     pub no_new_privs: bool,
     /// `None`: the default masked paths; `Some(list)`: exactly `list` (empty = none).
     ///
-    /// proto3 cannot tell an empty repeated field from an unset one; `cri/` should map an empty
-    /// list to `None` (the kubelet always sends the defaults for procMount Default, and Unmasked
-    /// requires user namespaces, which bosun does not offer).
+    /// proto3 cannot tell an empty repeated field from an unset one; `cri/` maps an empty list
+    /// to `None` (the kubelet always sends the defaults for procMount Default; its Unmasked,
+    /// which needs a pod user namespace, arrives as empty lists and so keeps the defaults over
+    /// CRI; the standalone supervisor asks for `Some(vec![])`).
     pub masked_paths: Option<Vec<String>>,
     /// `None`: the default read-only paths; `Some(list)`: exactly `list` (see `masked_paths`).
     pub readonly_paths: Option<Vec<String>>,
