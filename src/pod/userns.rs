@@ -2,6 +2,10 @@
 //! ids per pod, the lowest free block from 65536 up; ids below stay the host's) and kept for the
 //! pod's lifetime, and the mappings its volume mounts get.
 
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError};
+
+use crate::error::{Error, Result};
 use crate::oci::{IdMapping, MountRequest, UserNamespace};
 
 /// Ids per pod (the kubelet's default: 0..65535 inside).
@@ -32,6 +36,45 @@ pub fn pick(used: impl IntoIterator<Item = u32>) -> Option<u32> {
         .map(|b| b * IDS_PER_POD)
 }
 
+/// Ranges picked for sandboxes being created, until their RunPodSandbox records them (so two
+/// pods never pick the same, with no lock held across the creation).
+#[derive(Debug, Default)]
+pub struct Picks(Mutex<BTreeSet<u32>>);
+
+/// A range picked for a sandbox being created; released on drop (by then the sandbox records
+/// it, or its creation failed).
+#[derive(Debug)]
+pub struct Picked<'a> {
+    picks: &'a Picks,
+    host: u32,
+    /// The pod's mappings.
+    pub ns: UserNamespace,
+}
+
+impl Picks {
+    /// Picks the lowest block neither in `held` (first host ids of recorded sandboxes' ranges)
+    /// nor picked already.
+    pub fn pick(&self, held: impl IntoIterator<Item = u32>) -> Result<Picked<'_>> {
+        let mut picked = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let host = pick(held.into_iter().chain(picked.iter().copied())).ok_or_else(|| {
+            Error::precondition("hostUsers: false: every user namespace range is taken")
+        })?;
+        picked.insert(host);
+        Ok(Picked {
+            picks: self,
+            host,
+            ns: mapping(host),
+        })
+    }
+}
+
+impl Drop for Picked<'_> {
+    fn drop(&mut self) {
+        let mut picked = self.picks.0.lock().unwrap_or_else(PoisonError::into_inner);
+        picked.remove(&self.host);
+    }
+}
+
 /// The first host id of a user namespace (what [`pick`] compares).
 pub fn first_host_id(ns: &UserNamespace) -> Option<u32> {
     ns.uids.first().map(|m| m.host_id)
@@ -59,6 +102,16 @@ mod tests {
         assert_eq!(pick([70_000]), Some(131_072));
         let all = (1..u32::MAX / IDS_PER_POD).map(|b| b * IDS_PER_POD);
         assert_eq!(pick(all), None);
+    }
+
+    #[test]
+    fn a_pick_is_held_until_dropped() {
+        let picks = Picks::default();
+        let a = picks.pick([65_536]).expect("a");
+        let b = picks.pick([65_536]).expect("b");
+        assert_eq!((a.host, b.host), (131_072, 196_608));
+        drop(a);
+        assert_eq!(picks.pick([65_536]).expect("again").host, 131_072);
     }
 
     #[test]

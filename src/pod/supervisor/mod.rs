@@ -68,24 +68,8 @@ pub struct Shared {
     live: Mutex<BTreeMap<(String, String), Handle>>,
     /// Every worker (live or terminating) by pod uid, for runtime events.
     workers: Mutex<HashMap<String, WorkerRef>>,
-    /// First host ids of the user namespace ranges picked for sandboxes being created (until
-    /// their RunPodSandbox records them), so two pods never pick the same.
-    userns_picked: Mutex<std::collections::BTreeSet<u32>>,
-}
-
-/// A user namespace range picked for a sandbox being created; released on drop (by then the
-/// sandbox records it, or failed).
-pub struct PickedUserns<'a> {
-    sh: &'a Shared,
-    host: u32,
-    /// The pod's mappings.
-    pub ns: crate::oci::UserNamespace,
-}
-
-impl Drop for PickedUserns<'_> {
-    fn drop(&mut self) {
-        lock(&self.sh.userns_picked).remove(&self.host);
-    }
+    /// User namespace ranges picked for sandboxes being created.
+    userns_picks: crate::pod::userns::Picks,
 }
 
 /// The labels that select what the supervisor made: everything (`None`) or one pod's.
@@ -107,26 +91,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     /// Picks a user namespace range no sandbox holds (CRI-made ones included) and no other
     /// creation has picked; keep it until the sandbox that takes it is recorded.
-    pub fn pick_userns(&self) -> Result<PickedUserns<'_>> {
+    pub fn pick_userns(&self) -> Result<crate::pod::userns::Picked<'_>> {
         let sandboxes = self.runtime.list_sandboxes(&Default::default());
-        let mut picked = lock(&self.userns_picked);
-        let used = sandboxes
-            .iter()
-            .filter_map(|s| {
-                let ns = s.meta().request.userns.as_ref()?;
-                crate::pod::userns::first_host_id(ns)
-            })
-            .chain(picked.iter().copied())
-            .collect::<Vec<_>>();
-        let host = crate::pod::userns::pick(used).ok_or_else(|| {
-            Error::precondition("hostUsers: false: every user namespace range is taken")
-        })?;
-        picked.insert(host);
-        Ok(PickedUserns {
-            sh: self,
-            host,
-            ns: crate::pod::userns::mapping(host),
-        })
+        let held = sandboxes.iter().filter_map(|s| {
+            let ns = s.meta().request.userns.as_ref()?;
+            crate::pod::userns::first_host_id(ns)
+        });
+        self.userns_picks.pick(held)
     }
 
     pub fn sources(&self) -> Sources {
@@ -225,7 +196,7 @@ impl Supervisor {
             host_ip,
             live: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(HashMap::new()),
-            userns_picked: Mutex::new(Default::default()),
+            userns_picks: Default::default(),
         });
         let sup = Arc::new(Supervisor { sh: sh.clone() });
         sup.recover().await;
