@@ -7,6 +7,8 @@ pub mod config;
 pub mod cri;
 pub mod daemon;
 pub mod error;
+#[cfg(feature = "failpoints")]
+pub mod failpoint;
 pub mod image;
 pub mod metrics;
 pub mod monitor;
@@ -24,3 +26,23 @@ pub(crate) mod testutil;
 pub mod version;
 
 pub use error::{Error, ErrorKind, Result};
+
+/// Marks the step boundary `$name` in synchronous code (see `src/failpoint.rs`); expands to
+/// nothing without the `failpoints` feature.
+#[macro_export]
+macro_rules! failpoint {
+    ($name:expr) => {{
+        #[cfg(feature = "failpoints")]
+        $crate::failpoint::hit(&$name);
+    }};
+}
+
+/// Marks the step boundary `$name` in async code (pause and sleep do not block a runtime
+/// thread); expands to nothing without the `failpoints` feature.
+#[macro_export]
+macro_rules! failpoint_async {
+    ($name:expr) => {{
+        #[cfg(feature = "failpoints")]
+        $crate::failpoint::hit_async(&$name).await;
+    }};
+}

@@ -35,6 +35,7 @@ pub async fn run(config: Config) -> Result<()> {
         signal(SignalKind::interrupt())
             .map_err(|e| Error::internal(format!("install SIGINT handler: {e}")))?,
     );
+    arm_failpoints()?;
     // The root holds the stores, the state dir volatile runtime state: one daemon for each.
     let _root_lock = lock::StateLock::acquire(&config.root, "root")?;
     let _state_lock = lock::StateLock::acquire(&config.state, "state")?;
@@ -137,6 +138,25 @@ fn incoming(
 ) -> impl futures::Stream<Item = std::io::Result<authority::AuthorityFix<tokio::net::UnixStream>>> {
     use tokio_stream::StreamExt;
     UnixListenerStream::new(listener).map(|conn| conn.map(authority::AuthorityFix::new))
+}
+
+/// Arms the test build's failpoints from `BOSUN_FAILPOINTS` (see `src/failpoint.rs`).
+#[cfg(feature = "failpoints")]
+fn arm_failpoints() -> Result<()> {
+    let armed = crate::failpoint::init()?;
+    if !armed.is_empty() {
+        tracing::warn!(?armed, "failpoints armed (test build)");
+    }
+    Ok(())
+}
+
+/// A build without failpoints says so when a test tries to arm some.
+#[cfg(not(feature = "failpoints"))]
+fn arm_failpoints() -> Result<()> {
+    if std::env::var_os("BOSUN_FAILPOINTS").is_some() {
+        tracing::warn!("BOSUN_FAILPOINTS is set, but failpoints exist only in `cargo test` builds");
+    }
+    Ok(())
 }
 
 /// Starts the `/metrics` endpoint when `metrics_address` is set.

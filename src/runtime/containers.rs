@@ -85,9 +85,11 @@ impl Runtime {
         };
         let handle = self.handle(&id);
         let _life = handle.lifecycle.lock().await;
+        crate::failpoint!("container.create.recorded");
         match self.build_container(&sandbox, &image, entry.meta()).await {
             Ok(launched) => {
                 let (launched, user) = launched;
+                crate::failpoint!("container.create.launched");
                 let r = entry.update(|s| {
                     s.pid = launched.init_pid.max(0) as u32;
                     s.monitor_pid = launched.monitor_pid.max(0) as u32;
@@ -100,6 +102,7 @@ impl Runtime {
                     let _ = self.remove_container(&id).await;
                     return Err(e);
                 }
+                crate::failpoint!("container.create.done");
                 tracing::info!(container = %id, name = %name, sandbox = %sandbox.id(), "container created");
                 self.emit(EventKind::Created, &id, sandbox.id());
                 Ok(id)
@@ -208,6 +211,7 @@ impl Runtime {
         })
         .await
         .map_err(|e| Error::internal(format!("create task: {e}")))??;
+        crate::failpoint!("container.create.rootfs");
         let log_path = if meta.log_path.is_empty() {
             PathBuf::from("/dev/null")
         } else {
@@ -341,9 +345,12 @@ impl Runtime {
         // Stamped before `runc start`: a process that exits at once is reaped (and its finish
         // time recorded by the monitor) before `runc start` returns.
         let started = now_ns();
+        crate::failpoint!("container.start.before-runc");
         match self.runc.start(&id).await {
             Ok(()) => {
+                crate::failpoint!("container.start.runc-started");
                 entry.update(|s| s.start(started, st.pid))?;
+                crate::failpoint!("container.start.done");
                 handle.set_init(st.pid);
                 tracing::info!(container = %id, pid = st.pid, "container started");
                 self.emit(EventKind::Started, &id, &entry.meta().sandbox_id);
@@ -389,6 +396,7 @@ impl Runtime {
         } else {
             entry.update(|s| s.set_removing())?;
         }
+        crate::failpoint!("container.remove.marked");
         self.discard_container(&id).await;
         self.drop_handle(&id);
         tracing::info!(container = %id, "container removed");
@@ -435,6 +443,7 @@ impl Runtime {
             Ok(Err(e)) => tracing::warn!(container = %id, "cleanup: {e}"),
             Err(e) => tracing::warn!(container = %id, "cleanup task: {e}"),
         }
+        crate::failpoint!("container.discard.files");
         if let Err(e) = self.images.leases().release(id) {
             tracing::warn!(container = %id, "release image lease: {e}");
         }

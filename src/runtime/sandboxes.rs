@@ -59,6 +59,7 @@ impl Runtime {
         // Held while setting up, so a concurrent Stop/Remove waits for a consistent sandbox.
         let lock = self.sandbox_lock(&id);
         let guard = lock.write().await;
+        crate::failpoint!("sandbox.run.recorded");
         if let Err(e) = self.set_up_sandbox(&entry).await {
             let e = e.context(format!("sandbox {id} ({})", entry.meta().request.pod.key()));
             // Undo in reverse: network (DEL, while the netns still exists), then namespaces,
@@ -79,6 +80,7 @@ impl Runtime {
             self.drop_sandbox_lock(&id);
             return Err(e);
         }
+        crate::failpoint!("sandbox.run.ready");
         tracing::info!(sandbox = %id, pod = %entry.meta().request.pod.key(), "sandbox ready");
         self.emit(EventKind::Created, &id, &id);
         self.emit(EventKind::Started, &id, &id);
@@ -94,11 +96,14 @@ impl Runtime {
         let pid = tokio::task::spawn_blocking(move || rt.create_namespaces(&sid))
             .await
             .map_err(|e| Error::internal(format!("sandbox set-up task: {e}")))??;
+        crate::failpoint!("sandbox.run.namespaces");
         let ips = self.attach_network(&id, meta).await?;
+        crate::failpoint!("sandbox.run.network");
         let (rt, sid, pod_ips) = (self.clone(), id.clone(), ips.clone());
         tokio::task::spawn_blocking(move || rt.write_pod_files(&sid, &pod_ips))
             .await
             .map_err(|e| Error::internal(format!("sandbox set-up task: {e}")))??;
+        crate::failpoint!("sandbox.run.files");
         let attached = super::network::own_network(meta);
         entry.update(|s| {
             s.ready(now_ns(), pid)?;
@@ -179,16 +184,19 @@ impl Runtime {
         let lock = self.sandbox_lock(&id);
         let _guard = lock.write().await;
         self.kill_pod_containers(&id).await?;
+        crate::failpoint!("sandbox.stop.killed");
         // CNI DEL before the netns goes; a failure keeps it (and the sandbox) for a retry.
         self.detach_network(&entry)
             .await
             .map_err(|e| e.context(format!("sandbox {id}: stop: network teardown")))?;
+        crate::failpoint!("sandbox.stop.detached");
         let rt = self.clone();
         let sid = id.clone();
         tokio::task::spawn_blocking(move || rt.tear_down_sandbox(&sid))
             .await
             .map_err(|e| Error::internal(format!("sandbox {id}: stop task: {e}")))?
             .map_err(|e| e.context(format!("sandbox {id}: stop")))?;
+        crate::failpoint!("sandbox.stop.torn-down");
         if entry.status().state() != SandboxState::NotReady {
             entry.update(|s| s.stop(now_ns()))?;
             tracing::info!(sandbox = %id, "sandbox stopped");
@@ -222,6 +230,7 @@ impl Runtime {
         };
         let id = entry.id().to_string();
         self.stop_sandbox(&id).await?;
+        crate::failpoint!("sandbox.remove.stopped");
         let lock = self.sandbox_lock(&id);
         let _guard = lock.write().await;
         let filter = Filter {
@@ -231,6 +240,7 @@ impl Runtime {
         for c in self.state.containers.list(&filter) {
             self.remove_container(c.id()).await?;
         }
+        crate::failpoint!("sandbox.remove.containers");
         let dir = self.layout.sandbox_dir(&id);
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -241,6 +251,7 @@ impl Runtime {
             }
             _ => {}
         }
+        crate::failpoint!("sandbox.remove.dir");
         self.state.sandboxes.remove(&id)?;
         self.drop_sandbox_lock(&id);
         tracing::info!(sandbox = %id, "sandbox removed");

@@ -76,6 +76,7 @@ impl Runtime {
                     tracing::debug!(container = %id, "stop signal: {e}");
                 }
             }
+            crate::failpoint!("container.stop.signalled");
             loop {
                 let at = *deadline.borrow_and_update();
                 tokio::select! {
@@ -95,6 +96,7 @@ impl Runtime {
         let late = Instant::now().saturating_duration_since(*deadline.borrow());
         tracing::debug!(container = %id, late_us = late.as_micros() as u64, "stop: SIGKILL");
         self.kill_all(id).await;
+        crate::failpoint!("container.stop.killed");
         handle.exited().await;
         handle.stop_done();
     }
@@ -137,6 +139,7 @@ impl Runtime {
         let handle = self.handle(id);
         {
             let _life = handle.lifecycle.lock().await;
+            crate::failpoint!("container.exit.observed");
             if let Ok(entry) = self.state.containers.get(id) {
                 let result = entry.update(|s| {
                     match (&exit, s.state()) {
@@ -173,6 +176,7 @@ impl Runtime {
         }
         // Published before the cleanup: a StopContainer waiting on it returns now, not after
         // `runc delete` (tens of ms); a RemoveContainer that follows deletes again harmlessly.
+        crate::failpoint!("container.exit.recorded");
         handle.set_exited();
         if let Ok(entry) = self.state.containers.get(id) {
             self.emit(EventKind::Stopped, id, &entry.meta().sandbox_id);

@@ -136,7 +136,10 @@ impl<M: Meta, S: Status> Table<M, S> {
         status.set_version(1);
         let written = sync_dir(&self.dir)
             .and_then(|()| write_json(&dir.join(META_FILE), &meta))
-            .and_then(|()| write_json(&dir.join(STATUS_FILE), &status));
+            .and_then(|()| {
+                crate::failpoint!(format!("{}.create.meta-written", self.kind));
+                write_json(&dir.join(STATUS_FILE), &status)
+            });
         if let Err(e) = written {
             let _ = fs::remove_dir_all(&dir);
             return Err(e.context(ctx()));
@@ -213,6 +216,7 @@ impl<M: Meta, S: Status> Table<M, S> {
             _ => {}
         }
         sync_dir(&entry.dir).ctx(ctx)?;
+        crate::failpoint!(format!("{}.remove.meta-removed", self.kind));
         fs::remove_dir_all(&entry.dir).ctx(ctx)?;
         sync_dir(&self.dir).ctx(ctx)?;
         lock(&self.index).remove(id);
