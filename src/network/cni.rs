@@ -14,6 +14,7 @@ use super::{
     cidr, embedded, result, Attachment, Network, NetworkStatus, PodNetwork, POD_IFNAME,
     REASON_NOT_READY,
 };
+use super::{firewall, orphans};
 use crate::config::NetworkConfig;
 use crate::error::{Error, Result, ResultExt};
 use crate::store::atomic::write_json;
@@ -49,6 +50,16 @@ struct Loaded {
 struct Record {
     network: String,
     steps: Vec<RecordStep>,
+    /// Why the last DEL failed (a retried DEL may not see what the failed one removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    del_failed: Option<String>,
+}
+
+impl Record {
+    /// Whether every ADD finished (results recorded): not cut short by a failure or a crash.
+    fn add_finished(&self) -> bool {
+        self.steps.iter().all(|s| s.result.is_some())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -93,6 +104,11 @@ impl Cni {
     pub fn with_timeout(mut self, timeout: Duration) -> Cni {
         self.timeout = timeout;
         self
+    }
+
+    /// The mark of this daemon's plugin calls: its CNI state dir (one daemon per root).
+    fn caller(&self) -> String {
+        self.cache_dir.display().to_string()
     }
 
     fn record_path(&self, id: &str) -> PathBuf {
@@ -203,7 +219,9 @@ impl Cni {
         } else {
             pod.netns.clone()
         };
-        let env_base = invoke::env(cmd, pod, ifname, &netns, &self.cfg.bin_dirs);
+        let mut env_base = invoke::env(cmd, pod, ifname, &netns, &self.cfg.bin_dirs);
+        // Marks the call and what it runs, so the next daemon can find them (see orphans).
+        env_base.push((orphans::CALLER_ENV, self.caller()));
         let order: Vec<usize> = match cmd {
             Command::Del => (0..list.plugins.len()).rev().collect(),
             _ => (0..list.plugins.len()).collect(),
@@ -218,6 +236,7 @@ impl Cni {
             let out = invoke::run(&bin, &env_base, stdin.to_string().as_bytes(), self.timeout)
                 .await
                 .map_err(|e| e.context(format!("network {:?}", list.name)))?;
+            crate::failpoint!(format!("cni.{}.plugin-done", cmd.as_str().to_lowercase()));
             if cmd == Command::Add {
                 let v: Value = serde_json::from_slice(&out).map_err(|e| {
                     Error::internal(format!(
@@ -229,6 +248,15 @@ impl Cni {
             }
         }
         Ok(prev)
+    }
+
+    /// DEL of every step of `rec` (`lists`: their network configs), last attached first.
+    async fn del_steps(&self, rec: &Record, lists: &[NetworkList], pod: &PodNetwork) -> Result<()> {
+        for (step, list) in rec.steps.iter().zip(lists).rev() {
+            self.run_list(Command::Del, list, &step.ifname, pod, step.result.clone())
+                .await?;
+        }
+        Ok(())
     }
 
     async fn write_record(&self, id: &str, rec: &Record) -> Result<()> {
@@ -278,18 +306,35 @@ fn exec_refused(pod: &PodNetwork, bin_dirs: &[PathBuf]) -> Option<String> {
         })
 }
 
-/// A record's steps with their network configs, or why it cannot be read.
-fn usable_steps(bytes: &[u8]) -> std::result::Result<Vec<(NetworkList, RecordStep)>, String> {
+/// A record with its steps' network configs, or why it cannot be read.
+fn usable_record(bytes: &[u8]) -> std::result::Result<(Record, Vec<NetworkList>), String> {
     let rec: Record = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    rec.steps
-        .into_iter()
-        .map(|s| {
-            Ok((
-                NetworkList::from_raw(&s.list).map_err(|e| e.to_string())?,
-                s,
-            ))
-        })
-        .collect()
+    let lists = rec
+        .steps
+        .iter()
+        .map(|s| NetworkList::from_raw(&s.list).map_err(|e| e.to_string()))
+        .collect::<std::result::Result<_, _>>()?;
+    Ok((rec, lists))
+}
+
+/// How long recovery waits for killed plugin calls of the previous daemon to go.
+const ORPHAN_GRACE: Duration = Duration::from_secs(10);
+
+/// Deletes the `.tmp-*` files of interrupted atomic writes in `dir`.
+fn remove_temps(dir: &std::path::Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for ent in rd.flatten() {
+        if ent.file_name().to_string_lossy().starts_with(".tmp-") {
+            match std::fs::remove_file(ent.path()) {
+                Ok(()) => {
+                    tracing::info!(file = %ent.path().display(), "removed an interrupted write")
+                }
+                Err(e) => tracing::warn!(file = %ent.path().display(), "remove temp: {e}"),
+            }
+        }
+    }
 }
 
 fn not_ready(e: Error) -> Error {
@@ -361,9 +406,11 @@ impl Network for Cni {
                     result: None,
                 })
                 .collect(),
+            del_failed: None,
         };
         // Recorded before the first ADD: whatever happens next, DEL knows what to undo.
         self.write_record(&pod.id, &rec).await?;
+        crate::failpoint!("cni.add.recorded");
         let mut final_result = None;
         for (i, step) in r.steps.iter().enumerate() {
             let res = self
@@ -376,6 +423,7 @@ impl Network for Cni {
                 final_result = res;
             }
         }
+        crate::failpoint!("cni.add.done");
         self.write_record(&pod.id, &rec).await?;
         let ips = match &final_result {
             Some(v) => {
@@ -392,7 +440,8 @@ impl Network for Cni {
     /// A DEL that can never run (its record is not JSON or not a network config we can read,
     /// or its environment is more than exec takes, and then ADD could not run either) is given
     /// up with a warning, so the sandbox can still be removed (issue 16 item 8). A DEL that ran
-    /// and failed, timed out or found no plugin keeps the record for the next try.
+    /// and failed, timed out or found no plugin keeps the record for the next try, and marks it:
+    /// a DEL after a failed one or after an interrupted ADD is checked for left firewall rules.
     async fn detach(&self, pod: &PodNetwork) -> Result<()> {
         let path = self.record_path(&pod.id);
         let bytes = match std::fs::read(&path) {
@@ -400,22 +449,66 @@ impl Network for Cni {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::internal(format!("read {}: {e}", path.display()))),
         };
-        let steps = match usable_steps(&bytes) {
-            Ok(steps) => exec_refused(pod, &self.cfg.bin_dirs).map_or(Ok(steps), Err),
+        let usable = match usable_record(&bytes) {
+            Ok(r) => exec_refused(pod, &self.cfg.bin_dirs).map_or(Ok(r), Err),
             Err(e) => Err(format!("record {}: {e}", path.display())),
         };
-        let steps = match steps {
-            Ok(steps) => steps,
+        let (mut rec, lists) = match usable {
+            Ok(r) => r,
             Err(why) => {
                 tracing::warn!(sandbox = %pod.id, "CNI DEL can never run ({why}); given up");
                 return self.forget(&pod.id);
             }
         };
-        for (list, step) in steps.iter().rev() {
-            self.run_list(Command::Del, list, &step.ifname, pod, step.result.clone())
-                .await?;
+        // After an interrupted ADD or a failed DEL, plugins' DEL is known to miss rules.
+        let suspect = !rec.add_finished() || rec.del_failed.is_some();
+        if let Err(e) = self.del_steps(&rec, &lists, pod).await {
+            if rec.del_failed.is_none() {
+                rec.del_failed = Some(e.message().chars().take(512).collect());
+                if let Err(we) = self.write_record(&pod.id, &rec).await {
+                    tracing::warn!(sandbox = %pod.id, "record the failed DEL: {we}");
+                }
+            }
+            return Err(e);
+        }
+        crate::failpoint!("cni.del.done");
+        if suspect {
+            let removed = firewall::sweep(&pod.id)
+                .await
+                .map_err(|e| e.context(format!("sandbox {}: CNI DEL not complete", pod.id)))?;
+            if !removed.is_empty() {
+                tracing::warn!(
+                    sandbox = %pod.id,
+                    removed = ?removed,
+                    "CNI DEL left firewall rules of the sandbox; removed them"
+                );
+            }
         }
         self.forget(&pod.id)
+    }
+
+    async fn recover(&self) {
+        let (dir, caller) = (self.cache_dir.clone(), self.caller());
+        let done = tokio::task::spawn_blocking(move || {
+            // Interrupted atomic writes of records (issue 16): nothing reads them.
+            remove_temps(&dir);
+            orphans::reap(&caller, ORPHAN_GRACE)
+        })
+        .await;
+        match done {
+            Ok(r) => {
+                for (pid, cmd) in &r.killed {
+                    tracing::warn!(pid, cmd = %cmd, "killed a CNI plugin call left by the previous daemon");
+                }
+                if !r.survivors.is_empty() {
+                    tracing::warn!(
+                        pids = ?r.survivors,
+                        "CNI plugin calls of the previous daemon survive SIGKILL (stuck in the kernel); recovery goes on"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("CNI recovery task: {e}"),
+        }
     }
 
     async fn check(&self, pod: &PodNetwork) -> Result<()> {

@@ -342,3 +342,51 @@ async fn a_del_that_can_never_run_is_given_up_but_a_failing_one_is_retried() {
     cni.detach(&pod("sb-bad")).await.expect("given up");
     assert!(!record("sb-bad").exists());
 }
+
+/// Issue 16: a record write the daemon's death cut short leaves a temp file; recovery removes
+/// it (and nothing else).
+#[tokio::test]
+async fn recovery_removes_interrupted_record_writes() {
+    let env = Env::new(&[]);
+    let cni = env.cni();
+    let cache = env.dir.path().join("cache");
+    let temp = cache.join(".tmp-0123.json-00000000deadbeef");
+    std::fs::write(&temp, b"{\"half").expect("temp");
+    std::fs::write(cache.join("0123.json"), b"{}").expect("record");
+    cni.recover().await;
+    assert!(!temp.exists(), "temp file left");
+    assert!(cache.join("0123.json").exists(), "a record was removed");
+}
+
+/// Issue 16: what a plugin call leaves running when the daemon dies (here: a child the plugin
+/// left behind) carries the daemon's mark, and the next daemon's recovery kills it before any
+/// DEL runs.
+#[tokio::test]
+async fn recovery_kills_what_plugin_calls_of_a_dead_daemon_left_running() {
+    let env = Env::new(&["bosun-orphan"]);
+    let script = env.dir.path().join("bin/bosun-orphan");
+    crate::testutil::script(
+        &script,
+        "#!/bin/sh\ncat >/dev/null\n(exec sleep 600 </dev/null >/dev/null 2>&1) &\necho '{\"cniVersion\":\"1.0.0\"}'\n",
+    );
+    env.write_conf(
+        "10-orphan.conflist",
+        r#"{"cniVersion":"1.0.0","name":"orphan","plugins":[{"type":"bosun-orphan"}]}"#,
+    );
+    let cni = env.cni();
+    cni.attach(&pod("sb-orphan")).await.expect("attach");
+    let caller = env.dir.path().join("cache").display().to_string();
+    let left = orphans::find(&caller);
+    assert_eq!(
+        left.len(),
+        1,
+        "the plugin's child carries the mark: {left:?}"
+    );
+    // The next daemon on the same state dir.
+    env.cni().recover().await;
+    assert!(
+        orphans::find(&caller).is_empty(),
+        "{:?}",
+        orphans::find(&caller)
+    );
+}

@@ -83,8 +83,10 @@ pub fn find_plugin(plugin: &str, bin_dirs: &[PathBuf]) -> Result<PathBuf> {
     )))
 }
 
-/// Runs `binary` with `env` and `stdin`; its stdout on success. After `timeout` the plugin is
-/// killed and reaped (DeadlineExceeded). A failure carries the plugin's CNI error message.
+/// Runs `binary` with `env` and `stdin`; its stdout on success. The plugin leads a process
+/// group of its own: after `timeout` the group (the plugin and the `iptables` or IPAM plugin it
+/// runs) is killed and the plugin reaped (DeadlineExceeded). A failure carries the plugin's
+/// CNI error message.
 pub async fn run(
     binary: &Path,
     env: &[(&'static str, String)],
@@ -106,16 +108,21 @@ pub async fn run(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| Error::internal(format!("{what}: spawn {}: {e}", binary.display())))?;
     let mut input = child.stdin.take();
     let data = stdin.to_vec();
+    #[cfg(feature = "failpoints")]
+    let point = format!("cni.{}.plugin-running", cmd_name.to_lowercase());
     let writer = tokio::spawn(async move {
         if let Some(w) = input.as_mut() {
             // A plugin that exits without reading its stdin is not an error here.
             let _ = w.write_all(&data).await;
         }
+        // The plugin has its whole input: it runs on whatever happens to the daemon now.
+        crate::failpoint!(point);
     });
     let reader = |pipe: Option<tokio::process::ChildStdout>| {
         tokio::spawn(async move {
@@ -139,6 +146,13 @@ pub async fn run(
         Ok(Ok(st)) => st,
         Ok(Err(e)) => return Err(Error::internal(format!("{what}: wait: {e}"))),
         Err(_) => {
+            // Our unreaped child: its pid, and so its group id, cannot have been reused.
+            if let Some(pgid) = child
+                .id()
+                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+            {
+                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+            }
             let _ = child.kill().await;
             writer.abort();
             out.abort();
@@ -242,12 +256,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_slow_plugin_is_killed_at_the_timeout() {
+    async fn a_slow_plugin_is_killed_at_the_timeout_with_what_it_runs() {
         let dir = tempfile::tempdir().expect("tmp");
         let pidfile = dir.path().join("pid");
+        let childfile = dir.path().join("child");
+        // The plugin's own child (as iptables under bridge) must not outlive the call.
         let p = script(
             dir.path(),
-            &format!("echo $$ > {}; exec sleep 30", pidfile.display()),
+            &format!(
+                "sleep 30 & echo $! > {}; echo $$ > {}; wait",
+                childfile.display(),
+                pidfile.display()
+            ),
         );
         let t = std::time::Instant::now();
         let e = run(
@@ -260,15 +280,20 @@ mod tests {
         .expect_err("timeout");
         assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "{e}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .expect("pid")
-            .trim()
-            .parse()
-            .expect("int");
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "plugin {pid} still exists after the timeout"
-        );
+        for file in [&pidfile, &childfile] {
+            let pid: i32 = std::fs::read_to_string(file)
+                .expect("pid")
+                .trim()
+                .parse()
+                .expect("int");
+            // Gone, or a zombie its new parent has yet to reap.
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            assert!(
+                stat.is_empty() || stat.contains(") Z"),
+                "{} {pid} still runs after the timeout: {stat}",
+                file.display()
+            );
+        }
     }
 
     #[tokio::test]

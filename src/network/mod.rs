@@ -11,7 +11,9 @@ mod cni;
 pub mod conf;
 pub mod embedded;
 pub mod fake;
+pub mod firewall;
 pub mod invoke;
+pub mod orphans;
 pub mod result;
 
 #[cfg(test)]
@@ -132,6 +134,10 @@ pub trait Network: Send + Sync {
     /// CNI DEL for `pod` with the config it was attached with; a no-op when it was never
     /// attached or already detached. Idempotent.
     async fn detach(&self, pod: &PodNetwork) -> Result<()>;
+    /// At start, before any DEL of recovery: plugin calls a killed daemon left running are
+    /// killed (they would race recovery's DEL of the same sandbox), leftovers of interrupted
+    /// writes removed. Never fails; problems are logged.
+    async fn recover(&self) {}
     /// CNI CHECK for `pod` (where the config's version allows it).
     async fn check(&self, pod: &PodNetwork) -> Result<()>;
     /// Records the node's pod CIDR(s) (UpdateRuntimeConfig; comma-separated); the embedded
