@@ -37,7 +37,7 @@ pub struct Recovered<SM, CM> {
 /// Per directory: leftover `.tmp-*` files from an interrupted atomic write are deleted; a
 /// missing `meta.json` means creation never got past its first write, so the directory is
 /// removed; a corrupt `meta.json` is reported and the directory kept for inspection; a missing
-/// or corrupt `status.json` yields an UNKNOWN status.
+/// or corrupt `status.json` yields an UNKNOWN status created when `meta.json` was written.
 pub fn load_all<SM: Meta, CM: Meta>(root: &Path) -> Recovered<SM, CM> {
     let mut problems = Vec::new();
     let sandboxes = load_kind(&root.join(SANDBOXES_DIR), "sandbox", &mut problems);
@@ -91,10 +91,10 @@ fn load_kind<M: Meta, S: Status>(
         };
         let status = match read_json::<S>(&path.join(STATUS_FILE)) {
             Ok(Some(s)) => s,
-            Ok(None) => S::unreadable(format!("{STATUS_FILE} missing")),
+            Ok(None) => S::unreadable(format!("{STATUS_FILE} missing"), created_ns(&path)),
             Err(e) => {
                 problems.push(format!("{kind} {name}: {STATUS_FILE}: {e}; state UNKNOWN"));
-                S::unreadable(format!("{STATUS_FILE} unreadable: {e}"))
+                S::unreadable(format!("{STATUS_FILE} unreadable: {e}"), created_ns(&path))
             }
         };
         out.push(Loaded {
@@ -104,6 +104,17 @@ fn load_kind<M: Meta, S: Status>(
         });
     }
     out
+}
+
+/// When the object in `dir` was created: `meta.json` is written once, first, so its mtime is
+/// the creation time (the directory's, or now, if that cannot be read).
+fn created_ns(dir: &Path) -> i64 {
+    [dir.join(META_FILE), dir.to_path_buf()]
+        .iter()
+        .find_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok())
+        .map(crate::monitor::exit_record::unix_nanos)
+        .filter(|ns| *ns > 0)
+        .unwrap_or_else(super::status::now_ns)
 }
 
 fn remove_temps(dir: &Path, problems: &mut Vec<String>) {

@@ -143,6 +143,30 @@ fn corrupt_files_never_panic() {
     assert!(rec.problems.iter().any(|p| p.contains("not-an-id")));
 }
 
+/// Issue 16: a creation interrupted between `meta.json` and `status.json` comes back UNKNOWN
+/// with the creation time `meta.json` carries, never 0 (CRI clients reject CreatedAt 0).
+#[test]
+fn a_record_without_status_is_unknown_created_when_its_meta_was_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_, c) = fabricate(tmp.path(), CONTAINERS_DIR, Some(&meta_json("c")), None);
+    let (_, s) = fabricate(tmp.path(), SANDBOXES_DIR, Some(&meta_json("s")), Some(b"{"));
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    for dir in [&c, &s] {
+        fs::File::options()
+            .write(true)
+            .open(dir.join(META_FILE))
+            .and_then(|f| f.set_modified(at))
+            .expect("set mtime");
+    }
+    let rec: Rec = load_all(tmp.path());
+    let want = 1_700_000_000 * 1_000_000_000;
+    let c = &rec.containers[0].status;
+    assert_eq!((c.state(), c.created_ns), (ContainerState::Unknown, want));
+    assert!(c.message.contains("missing"), "{}", c.message);
+    let s = &rec.sandboxes[0].status;
+    assert_eq!((s.state(), s.created_ns), (SandboxState::Unknown, want));
+}
+
 #[test]
 fn missing_root_is_empty() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -11,6 +11,14 @@ use crate::oci::launch::read_exit;
 use crate::oci::ContainerExit;
 use crate::sandbox::PodNamespaces;
 
+/// The exit record container `meta`'s monitor left, if any.
+fn exit_record(meta: &ContainerMeta) -> Option<crate::monitor::exit_record::ExitRecord> {
+    match read_exit(&paths::exit_file(&meta.state_dir)) {
+        ContainerExit::Recorded(r) => Some(r),
+        ContainerExit::Unknown(_) => None,
+    }
+}
+
 /// Whether `pid` is the monitor of container `id` (a recycled pid is not).
 pub(super) fn monitor_alive(pid: u32, id: &str) -> bool {
     crate::oci::launch::monitor_alive(i32::try_from(pid).unwrap_or(0), id)
@@ -23,6 +31,8 @@ impl Runtime {
     /// UNKNOWN; a READY sandbox whose namespaces are gone (a reboot) becomes NOTREADY.
     /// Problems are logged, never fatal.
     pub(super) async fn recover(self: &Arc<Self>) {
+        // First: no plugin of the previous daemon may still run when recovery's DEL does.
+        self.network.recover().await;
         let containers_dir = self.layout.volatile.join("containers");
         let unstaged = crate::oci::stage::unstage_all(&containers_dir);
         if unstaged > 0 {
@@ -31,11 +41,7 @@ impl Runtime {
         let mut recovered: Recovered<SandboxMeta, ContainerMeta> = load_all(&self.layout.durable);
         let mut changed = std::collections::HashSet::new();
         for c in &mut recovered.containers {
-            let dir = &c.meta.state_dir;
-            let record = match read_exit(&paths::exit_file(dir)) {
-                ContainerExit::Recorded(r) => Some(r),
-                ContainerExit::Unknown(_) => None,
-            };
+            let record = exit_record(&c.meta);
             let alive = monitor_alive(c.status.monitor_pid, &c.id);
             let reconciled = reconcile(c.status.clone(), record, alive);
             if reconciled != c.status {
@@ -43,6 +49,7 @@ impl Runtime {
                 c.status = reconciled;
             }
         }
+        crate::failpoint_async!("recover.reconciled");
         let problems = self.state.adopt(recovered);
         for p in &problems {
             tracing::warn!("recovery: {p}");
@@ -50,7 +57,19 @@ impl Runtime {
         // Persist what reconciliation changed, watch live monitors, clean up exited ones.
         for entry in self.state.containers.list(&Default::default()) {
             let id = entry.id().to_string();
-            let status = entry.status();
+            let mut status = entry.status();
+            let alive = monitor_alive(status.monitor_pid, &id);
+            if !alive
+                && matches!(
+                    status.state(),
+                    ContainerState::Running | ContainerState::Created
+                )
+            {
+                // Alive when reconciled, gone now: the container ended during recovery and its
+                // monitor finished. Its exit record says how (issue 16: never RUNNING for ever).
+                status = reconcile(status, exit_record(entry.meta()), false);
+                changed.insert(id.clone());
+            }
             if changed.contains(&id) {
                 if let Err(e) = entry.update(|s| {
                     *s = status.clone();
@@ -60,7 +79,6 @@ impl Runtime {
                 }
             }
             let handle = self.handle(&id);
-            let alive = monitor_alive(status.monitor_pid, &id);
             match status.state() {
                 ContainerState::Running | ContainerState::Created if alive => {
                     let mut state = status.state();

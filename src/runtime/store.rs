@@ -44,8 +44,9 @@ pub trait Status: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
     fn version(&self) -> u64;
     /// Sets the write version.
     fn set_version(&mut self, version: u64);
-    /// The UNKNOWN status of an object whose status file is missing or corrupt.
-    fn unreadable(message: String) -> Self;
+    /// The UNKNOWN status of an object whose status file is missing or corrupt, created at
+    /// `created_ns` (CRI clients reject a status without a creation time).
+    fn unreadable(message: String, created_ns: i64) -> Self;
 }
 
 impl Status for ContainerStatus {
@@ -59,8 +60,11 @@ impl Status for ContainerStatus {
     fn set_version(&mut self, version: u64) {
         self.version = version;
     }
-    fn unreadable(message: String) -> Self {
-        ContainerStatus::unreadable(message)
+    fn unreadable(message: String, created_ns: i64) -> Self {
+        ContainerStatus {
+            created_ns,
+            ..ContainerStatus::unreadable(message)
+        }
     }
 }
 
@@ -75,8 +79,11 @@ impl Status for SandboxStatus {
     fn set_version(&mut self, version: u64) {
         self.version = version;
     }
-    fn unreadable(message: String) -> Self {
-        SandboxStatus::unreadable(message)
+    fn unreadable(message: String, created_ns: i64) -> Self {
+        SandboxStatus {
+            created_ns,
+            ..SandboxStatus::unreadable(message)
+        }
     }
 }
 
