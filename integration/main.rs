@@ -1,5 +1,7 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
+mod crash_cni;
+mod crash_steps;
 mod cri_containers;
 mod cri_events;
 mod cri_exec;
@@ -56,6 +58,8 @@ fn main() {
     trials.extend(cri_stats::trials());
     trials.extend(cri_features::trials());
     trials.extend(cri_userns::trials());
+    trials.extend(crash_steps::trials());
+    trials.extend(crash_cni::trials());
     trials.extend(daemon::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());

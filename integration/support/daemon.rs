@@ -21,6 +21,8 @@ pub struct Daemon {
     child: Option<Child>,
     config: String,
     net: super::network::TestNet,
+    /// `BOSUN_FAILPOINTS` for the next start (see src/failpoint.rs).
+    failpoints: Option<String>,
 }
 
 impl Daemon {
@@ -41,6 +43,7 @@ impl Daemon {
             child: None,
             config,
             net,
+            failpoints: None,
         };
         std::fs::write(d.dir.path().join("config.toml"), &d.config)?;
         d.spawn()?;
@@ -48,11 +51,25 @@ impl Daemon {
     }
 
     fn spawn(&mut self) -> anyhow::Result<()> {
+        self.launch()?;
+        self.wait_serving(20)
+    }
+
+    /// Starts the daemon process without waiting for its socket.
+    pub fn launch(&mut self) -> anyhow::Result<()> {
         let log = File::options()
             .create(true)
             .append(true)
             .open(self.log_path())?;
-        let child = Command::new(BOSUN)
+        let fail_dir = self.failpoint_dir();
+        std::fs::create_dir_all(&fail_dir)?;
+        let mut cmd = Command::new(BOSUN);
+        match &self.failpoints {
+            Some(spec) => cmd.env("BOSUN_FAILPOINTS", spec),
+            None => cmd.env_remove("BOSUN_FAILPOINTS"),
+        };
+        let child = cmd
+            .env("BOSUN_FAILPOINT_DIR", &fail_dir)
             .arg("--socket")
             .arg(self.socket())
             .arg("daemon")
@@ -70,13 +87,84 @@ impl Daemon {
             .spawn()
             .context("spawn bosun daemon")?;
         self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits up to `secs` for the daemon's socket to accept connections.
+    pub fn wait_serving(&self, secs: u64) -> anyhow::Result<()> {
         let socket = self.socket();
-        if !wait_until(20, || {
+        if !wait_until(secs, || {
             std::os::unix::net::UnixStream::connect(&socket).is_ok()
         }) {
             bail!("daemon did not come up; log:\n{}", self.log());
         }
         Ok(())
+    }
+
+    /// Arms failpoints (`BOSUN_FAILPOINTS` syntax) for the next start; `None` disarms.
+    pub fn set_failpoints(&mut self, spec: Option<&str>) {
+        self.failpoints = spec.map(str::to_string);
+    }
+
+    /// Where the daemon logs the failpoints it acted on (`hits`) and creates pause files.
+    pub fn failpoint_dir(&self) -> PathBuf {
+        self.dir.path().join("failpoints")
+    }
+
+    /// The failpoints the daemon acted on so far, as `name hit action` lines.
+    pub fn failpoint_hits(&self) -> Vec<String> {
+        std::fs::read_to_string(self.failpoint_dir().join("hits"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Arms `spec` (`point=[N@]kill`), restarts the daemon, runs `call` (the RPC the daemon
+    /// must die in), checks that very failpoint SIGKILLed the daemon, and restarts it
+    /// disarmed.
+    pub fn crash_at(
+        &mut self,
+        spec: &str,
+        call: impl FnOnce(&Daemon) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        use std::os::unix::process::ExitStatusExt;
+        let point = spec.split('=').next().unwrap_or(spec);
+        self.set_failpoints(Some(spec));
+        self.restart()?;
+        let before = self.failpoint_hits().len();
+        let outcome = call(self);
+        let status = self.wait_exit(30);
+        self.set_failpoints(None);
+        let hits = self.failpoint_hits();
+        let fired = hits[before.min(hits.len())..]
+            .iter()
+            .any(|h| h.starts_with(&format!("{point} ")));
+        anyhow::ensure!(
+            fired && status.is_some_and(|s| s.signal() == Some(libc::SIGKILL)),
+            "{spec}: the failpoint did not kill the daemon (exit {status:?}, hits {hits:?}); the call: {outcome:?}"
+        );
+        anyhow::ensure!(
+            outcome.is_err(),
+            "{spec}: the call succeeded, yet the daemon died in it"
+        );
+        self.restart()
+            .with_context(|| format!("{spec}: restart after the crash"))
+    }
+
+    /// Waits up to `secs` for the daemon process to exit by itself (a failpoint's kill);
+    /// its exit status, or `None` while it still runs.
+    pub fn wait_exit(&mut self, secs: u64) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let mut status = None;
+        wait_until(secs, || {
+            status = child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        if status.is_some() {
+            self.child = None;
+        }
+        status
     }
 
     /// The CRI socket.

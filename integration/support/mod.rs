@@ -3,6 +3,7 @@
 pub mod cri;
 pub mod daemon;
 pub mod inproc;
+pub mod leaks;
 pub mod network;
 pub mod pods;
 pub mod proxy;

@@ -233,7 +233,8 @@ impl TestNet {
                     iptables_rule("-D", rule);
                     if let Some(target) = rule.split(" -j ").nth(1) {
                         let target = target.split_whitespace().next().unwrap_or_default();
-                        if target.starts_with("CNI-DN-") {
+                        // Per-pod chains (portmap's CNI-DN-, bridge's masquerade CNI-…).
+                        if target.starts_with("CNI-") && !SHARED_CHAINS.contains(&target) {
                             chains.push(target.to_string());
                         }
                     }
@@ -277,35 +278,8 @@ pub fn iptables_save() -> Vec<String> {
 /// Runs `iptables -t nat <op> <rule as iptables-save prints it>` (quotes honoured).
 fn iptables_rule(op: &str, rule: &str) {
     let mut args = vec!["-t".to_string(), "nat".to_string(), op.to_string()];
-    args.extend(split_quoted(rule));
+    args.extend(bosun::network::firewall::split_rule(rule));
     let _ = Command::new("iptables").args(&args).output();
-}
-
-/// Splits an iptables-save rule into words; `"…"` (with `\"` inside) is one word.
-fn split_quoted(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if quoted && chars.peek() == Some(&'"') => {
-                cur.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            ' ' if !quoted => {
-                if !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                }
-            }
-            c => cur.push(c),
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
 }
 
 /// Drops portmap's shared chains (and the jumps to them) when no pod mapping is left in them

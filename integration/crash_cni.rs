@@ -1,0 +1,133 @@
+//! CNI across daemon crashes (issue 16): a plugin call of a killed daemon must not run on
+//! beside the next daemon's recovery DEL of the same sandbox, and a DEL that did not remove
+//! what ADD made (masquerade rules) must not count as done.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Result};
+use bosun::proto::runtime::v1 as pb;
+
+use crate::crash_steps::NEEDS;
+use crate::support::cri;
+use crate::support::network::DEBIAN_PLUGINS;
+use crate::support::{block_on, leaks, trial};
+
+pub fn trials() -> Vec<libtest_mimic::Trial> {
+    vec![
+        trial(
+            "crash::cni::a_killed_daemons_plugin_call_dies_before_recovery_deletes",
+            NEEDS,
+            orphaned_add,
+        ),
+        trial(
+            "crash::cni::a_del_that_left_masquerade_rules_is_not_done",
+            NEEDS,
+            del_left_rules,
+        ),
+    ]
+}
+
+/// bridge with masquerade on: its DEL must remove a chain and a POSTROUTING rule per pod.
+const MASQUERADE: &str = "[network]\nmasquerade = true\n";
+
+/// The daemon dies while bridge's ADD runs (slowed down to 3 s). The next daemon recovers the
+/// sandbox at once (NOTREADY, DEL). Had the old ADD gone on, it would create the veth, the
+/// lease and the masquerade chain after that DEL, for good.
+fn orphaned_add() -> Result<()> {
+    let mut d = cri::daemon_with(MASQUERADE)?;
+    d.net().wrap(
+        "bridge",
+        &format!("[ \"$CNI_COMMAND\" = ADD ] && sleep 3\nexec {DEBIAN_PLUGINS}/bridge"),
+    )?;
+    let config = cri::pod_config(&d, "orphan");
+    // Plugin calls of an ADD: loopback, then bridge.
+    d.crash_at("cni.add.plugin-running=2@kill", |d| {
+        block_on(async {
+            let mut rt = cri::client(d).await?;
+            cri::run_pod(&mut rt, config.clone()).await.map(drop)
+        })
+    })?;
+    // Longer than the slowed ADD: what it would have made is there by now.
+    std::thread::sleep(Duration::from_secs(4));
+    let mut seen = Vec::new();
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            for p in cri::list_pods(&mut rt, None).await? {
+                ensure!(
+                    p.state == pb::PodSandboxState::SandboxNotready as i32,
+                    "a sandbox whose set-up was cut short: {p:?}"
+                );
+                seen.push(p.id.clone());
+                cri::remove_pod(&mut rt, &p.id).await?;
+            }
+            Ok(())
+        }),
+    )?;
+    leaks::assert_none(&d, &seen)?;
+    ensure!(
+        d.log()
+            .contains("killed a CNI plugin call left by the previous daemon"),
+        "recovery did not report the killed plugin call"
+    );
+    Ok(())
+}
+
+/// The first DEL deletes the pod's interface and then fails (as bridge does when iptables
+/// answers "Device or resource busy"); the retried DEL finds no interface, so bridge skips the
+/// masquerade teardown and says it succeeded. The rules it left must be found and removed
+/// before the sandbox counts as detached.
+fn del_left_rules() -> Result<()> {
+    let d = cri::daemon_with(MASQUERADE)?;
+    let flag = d.dir().join("first-del-failed");
+    d.net().wrap(
+        "bridge",
+        &format!(
+            "if [ \"$CNI_COMMAND\" = DEL ] && [ ! -e {flag} ]; then\n\
+             touch {flag}\n\
+             nsenter --net=\"$CNI_NETNS\" ip link del \"$CNI_IFNAME\"\n\
+             echo '{{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"simulated: iptables: Device or resource busy\"}}'\n\
+             exit 1\n\
+             fi\n\
+             exec {DEBIAN_PLUGINS}/bridge",
+            flag = flag.display()
+        ),
+    )?;
+    let mut seen = Vec::new();
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "masq")).await?;
+            seen.push(pod.id.clone());
+            let tagged = |id: &str| -> Vec<String> {
+                leaks::firewall_lines()
+                    .into_iter()
+                    .filter(|l| l.contains(id))
+                    .collect()
+            };
+            ensure!(
+                !tagged(&pod.id).is_empty(),
+                "bridge made no masquerade rule naming the sandbox: the test proves nothing"
+            );
+            let stop = pb::StopPodSandboxRequest {
+                pod_sandbox_id: pod.id.clone(),
+            };
+            let first = rt.stop_pod_sandbox(stop.clone()).await;
+            ensure!(
+                first.is_err() && flag.exists(),
+                "the first DEL did not fail: {first:?}"
+            );
+            rt.stop_pod_sandbox(stop).await?;
+            let left = tagged(&pod.id);
+            ensure!(
+                left.is_empty(),
+                "StopPodSandbox succeeded with rules of the pod left:\n{}",
+                left.join("\n")
+            );
+            cri::remove_pod(&mut rt, &pod.id).await
+        }),
+    )?;
+    leaks::assert_none(&d, &seen)
+}
