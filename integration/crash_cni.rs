@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::crash_steps::NEEDS;
+use crate::crash_steps::{call, Rpc, NEEDS};
 use crate::support::cri;
 use crate::support::network::DEBIAN_PLUGINS;
 use crate::support::{block_on, leaks, trial};
@@ -42,10 +42,7 @@ fn orphaned_add() -> Result<()> {
     let config = cri::pod_config(&d, "orphan");
     // Plugin calls of an ADD: loopback, then bridge.
     d.crash_at("cni.add.plugin-running=2@kill", |d| {
-        block_on(async {
-            let mut rt = cri::client(d).await?;
-            cri::run_pod(&mut rt, config.clone()).await.map(drop)
-        })
+        call(d, Rpc::RunPod(&config))
     })?;
     // Longer than the slowed ADD: what it would have made is there by now.
     std::thread::sleep(Duration::from_secs(4));

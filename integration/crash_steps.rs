@@ -54,6 +54,44 @@ const TRAP3: &str = "trap 'exit 3' TERM; echo started; while :; do sleep 0.1; do
 /// Ignores SIGTERM (only the KILL at the deadline ends it: 137).
 const NO_TERM: &str = "trap '' TERM; echo started; while :; do sleep 0.1; done";
 
+/// The RPC a scenario kills the daemon in.
+pub enum Rpc<'a> {
+    RunPod(&'a pb::PodSandboxConfig),
+    Create(&'a Pod, &'a pb::ContainerConfig),
+    Start(&'a str),
+    Stop(&'a str, i64),
+    StopPod(&'a str),
+    RemovePod(&'a str),
+}
+
+/// Makes `rpc` on a fresh connection.
+pub fn call(d: &Daemon, rpc: Rpc) -> Result<()> {
+    block_on(async {
+        let mut rt = cri::client(d).await?;
+        match rpc {
+            Rpc::RunPod(config) => cri::run_pod(&mut rt, config.clone()).await.map(drop),
+            Rpc::Create(pod, config) => cri::create(&mut rt, pod, config).await.map(drop),
+            Rpc::Start(id) => cri::start(&mut rt, id).await,
+            Rpc::Stop(id, timeout) => cri::stop(&mut rt, id, timeout).await.map(drop),
+            Rpc::StopPod(id) => {
+                let req = pb::StopPodSandboxRequest {
+                    pod_sandbox_id: id.into(),
+                };
+                rt.stop_pod_sandbox(req).await.map(drop).map_err(Into::into)
+            }
+            Rpc::RemovePod(id) => {
+                let req = pb::RemovePodSandboxRequest {
+                    pod_sandbox_id: id.into(),
+                };
+                rt.remove_pod_sandbox(req)
+                    .await
+                    .map(drop)
+                    .map_err(Into::into)
+            }
+        }
+    })
+}
+
 /// One daemon for `specs`: each scenario runs with the busybox image and the list of sandbox
 /// ids seen so far, then every pod left is removed and nothing may be left of them. Failures
 /// name the spec.
@@ -186,12 +224,7 @@ const RUN_POD_POINTS: &[&str] = &[
 fn run_pod_sandbox() -> Result<()> {
     suite(RUN_POD_POINTS, |d, spec, image, seen| {
         let config = cri::pod_config(d, "crash-run");
-        d.crash_at(spec, |d| {
-            block_on(async {
-                let mut rt = cri::client(d).await?;
-                cri::run_pod(&mut rt, config.clone()).await.map(drop)
-            })
-        })?;
+        d.crash_at(spec, |d| call(d, Rpc::RunPod(&config)))?;
         cri::with_log(
             d,
             block_on(async {
@@ -242,12 +275,7 @@ fn create_container() -> Result<()> {
             }),
         )?;
         let config = cri::sh_config(&pod, "made", image, "echo made; exit 7");
-        d.crash_at(spec, |d| {
-            block_on(async {
-                let mut rt = cri::client(d).await?;
-                cri::create(&mut rt, &pod, &config).await.map(drop)
-            })
-        })?;
+        d.crash_at(spec, |d| call(d, Rpc::Create(&pod, &config)))?;
         cri::with_log(
             d,
             block_on(async {
@@ -308,12 +336,7 @@ const START_POINTS: &[&str] = &[
 fn start_container() -> Result<()> {
     suite(START_POINTS, |d, spec, image, _| {
         let (pod, id) = pod_with_container(d, image, TRAP3, false)?;
-        d.crash_at(spec, |d| {
-            block_on(async {
-                let mut rt = cri::client(d).await?;
-                cri::start(&mut rt, &id).await
-            })
-        })?;
+        d.crash_at(spec, |d| call(d, Rpc::Start(&id)))?;
         cri::with_log(
             d,
             block_on(async {
@@ -357,12 +380,7 @@ fn stop_container() -> Result<()> {
         let &(_, script, timeout, code) =
             STOP_CASES.iter().find(|c| c.0 == spec).context("case")?;
         let (pod, id) = pod_with_container(d, image, script, true)?;
-        d.crash_at(spec, |d| {
-            block_on(async {
-                let mut rt = cri::client(d).await?;
-                cri::stop(&mut rt, &id, timeout).await.map(drop)
-            })
-        })?;
+        d.crash_at(spec, |d| call(d, Rpc::Stop(&id, timeout)))?;
         cri::with_log(
             d,
             block_on(async {
@@ -398,16 +416,7 @@ fn stop_pod_sandbox() -> Result<()> {
     suite(STOP_POD_POINTS, |d, spec, image, seen| {
         let (pod, id) = pod_with_container(d, image, TRAP3, true)?;
         seen.push(pod.id.clone());
-        d.crash_at(spec, |d| {
-            block_on(async {
-                let mut rt = cri::client(d).await?;
-                rt.stop_pod_sandbox(pb::StopPodSandboxRequest {
-                    pod_sandbox_id: pod.id.clone(),
-                })
-                .await?;
-                Ok(())
-            })
-        })?;
+        d.crash_at(spec, |d| call(d, Rpc::StopPod(&pod.id)))?;
         cri::with_log(
             d,
             block_on(async {
@@ -464,16 +473,7 @@ fn remove_pod_sandbox() -> Result<()> {
                 Ok(id)
             }),
         )?;
-        d.crash_at(spec, |d| {
-            block_on(async {
-                let mut rt = cri::client(d).await?;
-                rt.remove_pod_sandbox(pb::RemovePodSandboxRequest {
-                    pod_sandbox_id: pod.id.clone(),
-                })
-                .await?;
-                Ok(())
-            })
-        })?;
+        d.crash_at(spec, |d| call(d, Rpc::RemovePod(&pod.id)))?;
         cri::with_log(
             d,
             block_on(async {
