@@ -1,6 +1,7 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
 mod crash_cni;
+mod crash_lock;
 mod crash_steps;
 mod cri_containers;
 mod cri_events;
@@ -60,6 +61,7 @@ fn main() {
     trials.extend(cri_userns::trials());
     trials.extend(crash_steps::trials());
     trials.extend(crash_cni::trials());
+    trials.extend(crash_lock::trials());
     trials.extend(daemon::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());

@@ -247,6 +247,20 @@ impl Daemon {
         }
     }
 
+    /// SIGKILL without waiting for the process to go: its handle, to wait for it later.
+    pub fn kill_nowait(&mut self) -> Option<Child> {
+        let mut c = self.child.take()?;
+        let _ = c.kill();
+        Some(c)
+    }
+
+    /// Whether the daemon process runs (not exited).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// SIGTERM and wait; returns the exit status.
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         let mut c = self.child.take()?;

@@ -35,6 +35,8 @@ pub enum Need {
     /// User namespaces whose ID-mapped mounts work on /var/tmp (where test daemons keep their
     /// image stores): what Status's `user_namespaces` feature stands for.
     UserNamespaces,
+    /// Loop devices, mkfs.ext4 and fsfreeze (a file system to freeze).
+    Freeze,
 }
 
 /// Why pods cannot have user namespaces on this machine (`None`: they can); probed once with
@@ -89,6 +91,14 @@ fn unmet(need: Need) -> Option<String> {
         )),
         Need::UserNamespaces => userns_unsupported()
             .map(|why| format!("needs user namespaces with ID-mapped mounts: {why}")),
+        Need::Freeze
+            if !Path::new("/dev/loop-control").exists()
+                || !["/usr/sbin/mkfs.ext4", "/usr/sbin/fsfreeze", "/usr/bin/mount"]
+                    .iter()
+                    .all(|p| Path::new(p).exists()) =>
+        {
+            Some("needs loop devices, mkfs.ext4 and fsfreeze (e2fsprogs, util-linux)".into())
+        }
         _ => None,
     }
 }

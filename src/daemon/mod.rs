@@ -37,8 +37,18 @@ pub async fn run(config: Config) -> Result<()> {
     );
     arm_failpoints()?;
     // The root holds the stores, the state dir volatile runtime state: one daemon for each.
-    let _root_lock = lock::StateLock::acquire(&config.root, "root")?;
-    let _state_lock = lock::StateLock::acquire(&config.state, "state")?;
+    // A killed daemon still exiting holds them a while longer: waited for, but a signal
+    // still stops this one.
+    let locks = async {
+        let root = lock::StateLock::acquire(&config.root, "root").await?;
+        let state = lock::StateLock::acquire(&config.state, "state").await?;
+        Ok::<_, Error>((root, state))
+    };
+    let (_root_lock, _state_lock) = tokio::select! {
+        locks = locks => locks?,
+        _ = term.recv() => { tracing::info!("SIGTERM while waiting for the lock"); return Ok(()) }
+        _ = int.recv() => { tracing::info!("SIGINT while waiting for the lock"); return Ok(()) }
+    };
     let images = Images::open(&config)?;
     // Recovery before serving: every sandbox and container is back before the socket exists.
     let runtime = crate::runtime::Runtime::open(config.clone(), images.clone()).await?;
