@@ -1,5 +1,6 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
+mod crash_churn;
 mod crash_cni;
 mod crash_lock;
 mod crash_steps;
@@ -61,6 +62,7 @@ fn main() {
     trials.extend(cri_userns::trials());
     trials.extend(crash_steps::trials());
     trials.extend(crash_cni::trials());
+    trials.extend(crash_churn::trials());
     trials.extend(crash_lock::trials());
     trials.extend(daemon::trials());
     trials.extend(hostile::trials());
