@@ -29,6 +29,10 @@ impl Leases {
     /// Loads the leases in `dir` (unreadable ones are kept as files and logged).
     pub fn open(dir: &Path) -> Result<Self> {
         fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        // Writes a crash cut short (issue 16).
+        for f in atomic::remove_temps(dir).1 {
+            tracing::warn!("{f}");
+        }
         let mut held = HashMap::new();
         for e in fs::read_dir(dir)
             .ctx(|| format!("list {}", dir.display()))?

@@ -320,23 +320,6 @@ fn usable_record(bytes: &[u8]) -> std::result::Result<(Record, Vec<NetworkList>)
 /// How long recovery waits for killed plugin calls of the previous daemon to go.
 const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 
-/// Deletes the `.tmp-*` files of interrupted atomic writes in `dir`.
-fn remove_temps(dir: &std::path::Path) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for ent in rd.flatten() {
-        if ent.file_name().to_string_lossy().starts_with(".tmp-") {
-            match std::fs::remove_file(ent.path()) {
-                Ok(()) => {
-                    tracing::info!(file = %ent.path().display(), "removed an interrupted write")
-                }
-                Err(e) => tracing::warn!(file = %ent.path().display(), "remove temp: {e}"),
-            }
-        }
-    }
-}
-
 fn not_ready(e: Error) -> Error {
     Error::precondition(format!("pod network not ready: {e}"))
 }
@@ -491,12 +474,18 @@ impl Network for Cni {
         let (dir, caller) = (self.cache_dir.clone(), self.caller());
         let done = tokio::task::spawn_blocking(move || {
             // Interrupted atomic writes of records (issue 16): nothing reads them.
-            remove_temps(&dir);
-            orphans::reap(&caller, ORPHAN_GRACE)
+            let temps = crate::store::atomic::remove_temps(&dir);
+            (temps, orphans::reap(&caller, ORPHAN_GRACE))
         })
         .await;
         match done {
-            Ok(r) => {
+            Ok(((removed, failed), r)) => {
+                if removed > 0 {
+                    tracing::info!(removed, dir = %self.cache_dir.display(), "removed interrupted record writes");
+                }
+                for f in failed {
+                    tracing::warn!("{f}");
+                }
                 for (pid, cmd) in &r.killed {
                     tracing::warn!(pid, cmd = %cmd, "killed a CNI plugin call left by the previous daemon");
                 }

@@ -73,7 +73,7 @@ fn load_kind<M: Meta, S: Status>(
             ));
             continue;
         }
-        remove_temps(&path, problems);
+        problems.extend(crate::store::atomic::remove_temps(&path).1);
         let meta = match read_json::<M>(&path.join(META_FILE)) {
             Ok(Some(m)) => m,
             Ok(None) => {
@@ -115,17 +115,6 @@ fn created_ns(dir: &Path) -> i64 {
         .map(crate::monitor::exit_record::unix_nanos)
         .filter(|ns| *ns > 0)
         .unwrap_or_else(super::status::now_ns)
-}
-
-fn remove_temps(dir: &Path, problems: &mut Vec<String>) {
-    let Ok(rd) = fs::read_dir(dir) else { return };
-    for ent in rd.flatten() {
-        if ent.file_name().to_string_lossy().starts_with(".tmp-") {
-            if let Err(e) = fs::remove_file(ent.path()) {
-                problems.push(format!("{}: remove temp: {e}", ent.path().display()));
-            }
-        }
-    }
 }
 
 /// Ok(None) when the file is absent; Err(message) when unreadable or not valid JSON.

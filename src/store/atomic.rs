@@ -12,7 +12,33 @@ pub fn temp_path(path: &Path) -> PathBuf {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    path.with_file_name(format!(".tmp-{}-{:016x}", name, rand::random::<u64>()))
+    path.with_file_name(format!(
+        "{TEMP_PREFIX}{}-{:016x}",
+        name,
+        rand::random::<u64>()
+    ))
+}
+
+/// The prefix of [`temp_path`] names.
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// Deletes the temp files [`write_atomic`]s cut short by a crash left in `dir` (nothing reads
+/// them: the rename never happened). Call it before anything writes in `dir`. Returns how many
+/// went and a line per file that could not be removed.
+pub fn remove_temps(dir: &Path) -> (usize, Vec<String>) {
+    let (mut removed, mut failed) = (0, Vec::new());
+    let Ok(rd) = fs::read_dir(dir) else {
+        return (removed, failed);
+    };
+    for ent in rd.flatten() {
+        if ent.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+            match fs::remove_file(ent.path()) {
+                Ok(()) => removed += 1,
+                Err(e) => failed.push(format!("{}: remove temp: {e}", ent.path().display())),
+            }
+        }
+    }
+    (removed, failed)
 }
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content.
@@ -70,5 +96,18 @@ mod tests {
         assert_eq!(fs::read(&p).expect("read"), b"two");
         let names: Vec<_> = fs::read_dir(dir.path()).expect("ls").flatten().collect();
         assert_eq!(names.len(), 1, "temp files left behind");
+    }
+
+    #[test]
+    fn temps_of_interrupted_writes_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("a.json");
+        write_atomic(&p, b"kept").expect("write");
+        fs::write(temp_path(&p), b"{\"half").expect("temp");
+        fs::write(temp_path(&p), b"").expect("temp");
+        assert_eq!(remove_temps(dir.path()), (2, Vec::new()));
+        assert_eq!(fs::read(&p).expect("read"), b"kept");
+        assert_eq!(fs::read_dir(dir.path()).expect("ls").count(), 1);
+        assert_eq!(remove_temps(&dir.path().join("absent")), (0, Vec::new()));
     }
 }

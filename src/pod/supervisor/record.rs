@@ -113,6 +113,10 @@ pub fn load_all(pods_dir: &Path) -> Vec<Record> {
     };
     let mut out = Vec::new();
     for entry in dir.flatten() {
+        // Writes a crash cut short (issue 16).
+        for f in crate::store::atomic::remove_temps(&entry.path()).1 {
+            tracing::warn!("{f}");
+        }
         let path = entry.path().join("record.json");
         match std::fs::read(&path)
             .map_err(|e| e.to_string())
