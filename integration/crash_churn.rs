@@ -194,7 +194,7 @@ async fn check_consistent(rt: &mut Rt) -> Result<(usize, usize)> {
 }
 
 fn churn() -> Result<()> {
-    let mut d = cri::daemon_with("[network]\nmasquerade = true\n")?;
+    let mut d = cri::daemon_with(crate::crash_steps::MASQUERADE)?;
     let _ports = HostPortGuard::new();
     let image = cri::import(&d, "busybox")?;
     let env = Env {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::crash_steps::{call, Rpc, NEEDS};
+use crate::crash_steps::{call, Rpc, MASQUERADE, NEEDS};
 use crate::support::cri;
 use crate::support::network::DEBIAN_PLUGINS;
 use crate::support::{block_on, leaks, trial};
@@ -26,9 +26,6 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
         ),
     ]
 }
-
-/// bridge with masquerade on: its DEL must remove a chain and a POSTROUTING rule per pod.
-const MASQUERADE: &str = "[network]\nmasquerade = true\n";
 
 /// The daemon dies while bridge's ADD runs (slowed down to 3 s). The next daemon recovers the
 /// sandbox at once (NOTREADY, DEL). Had the old ADD gone on, it would create the veth, the

@@ -92,14 +92,19 @@ pub fn call(d: &Daemon, rpc: Rpc) -> Result<()> {
     })
 }
 
-/// One daemon for `specs`: each scenario runs with the busybox image and the list of sandbox
-/// ids seen so far, then every pod left is removed and nothing may be left of them. Failures
-/// name the spec.
+/// bridge with masquerade on, as the embedded network runs outside tests: DEL must remove a
+/// chain and a POSTROUTING rule per pod, which a DEL cut short can leave.
+pub const MASQUERADE: &str = "[network]\nmasquerade = true\n";
+
+/// One daemon (with `extra` config) for `specs`: each scenario runs with the busybox image and
+/// the list of sandbox ids seen so far, then every pod left is removed and nothing may be
+/// left of them. Failures name the spec.
 fn suite(
+    extra: &str,
     specs: &[&str],
     mut scenario: impl FnMut(&mut Daemon, &str, &str, &mut Vec<String>) -> Result<()>,
 ) -> Result<()> {
-    let mut d = cri::daemon()?;
+    let mut d = cri::daemon_with(extra)?;
     let image = cri::import(&d, "busybox")?;
     let mut seen = Vec::new();
     for spec in specs {
@@ -222,7 +227,7 @@ const RUN_POD_POINTS: &[&str] = &[
 /// Killed inside RunPodSandbox: the pod is READY and usable, or NOTREADY and removable (the
 /// kubelet then runs the next attempt, which works), or absent (the same request works).
 fn run_pod_sandbox() -> Result<()> {
-    suite(RUN_POD_POINTS, |d, spec, image, seen| {
+    suite(MASQUERADE, RUN_POD_POINTS, |d, spec, image, seen| {
         let config = cri::pod_config(d, "crash-run");
         d.crash_at(spec, |d| call(d, Rpc::RunPod(&config)))?;
         cri::with_log(
@@ -266,7 +271,7 @@ const CREATE_POINTS: &[&str] = &[
 /// Killed inside CreateContainer: the container is CREATED and starts to its exit code, or
 /// is removable; the kubelet's next attempt works either way.
 fn create_container() -> Result<()> {
-    suite(CREATE_POINTS, |d, spec, image, _| {
+    suite("", CREATE_POINTS, |d, spec, image, _| {
         let pod = cri::with_log(
             d,
             block_on(async {
@@ -334,7 +339,7 @@ const START_POINTS: &[&str] = &[
 /// Killed inside StartContainer: the container is CREATED (and starts) or RUNNING, and its
 /// stop gives the trap's exit code.
 fn start_container() -> Result<()> {
-    suite(START_POINTS, |d, spec, image, _| {
+    suite("", START_POINTS, |d, spec, image, _| {
         let (pod, id) = pod_with_container(d, image, TRAP3, false)?;
         d.crash_at(spec, |d| call(d, Rpc::Start(&id)))?;
         cri::with_log(
@@ -376,7 +381,7 @@ const STOP_CASES: &[(&str, &str, i64, i32)] = &[
 /// 137 after the deadline), reported with that code after the restart.
 fn stop_container() -> Result<()> {
     let specs: Vec<&str> = STOP_CASES.iter().map(|c| c.0).collect();
-    suite(&specs, |d, spec, image, _| {
+    suite("", &specs, |d, spec, image, _| {
         let &(_, script, timeout, code) =
             STOP_CASES.iter().find(|c| c.0 == spec).context("case")?;
         let (pod, id) = pod_with_container(d, image, script, true)?;
@@ -413,7 +418,7 @@ const STOP_POD_POINTS: &[&str] = &[
 /// Killed inside StopPodSandbox: its container was killed (137); StopPodSandbox again
 /// finishes the network teardown exactly, and the pod is removable with nothing left.
 fn stop_pod_sandbox() -> Result<()> {
-    suite(STOP_POD_POINTS, |d, spec, image, seen| {
+    suite(MASQUERADE, STOP_POD_POINTS, |d, spec, image, seen| {
         let (pod, id) = pod_with_container(d, image, TRAP3, true)?;
         seen.push(pod.id.clone());
         d.crash_at(spec, |d| call(d, Rpc::StopPod(&pod.id)))?;
@@ -460,7 +465,7 @@ const REMOVE_POD_POINTS: &[&str] = &[
 /// Killed inside RemovePodSandbox (a pod with an exited and a running container): what is
 /// left is listed consistently and RemovePodSandbox again removes everything.
 fn remove_pod_sandbox() -> Result<()> {
-    suite(REMOVE_POD_POINTS, |d, spec, image, seen| {
+    suite(MASQUERADE, REMOVE_POD_POINTS, |d, spec, image, seen| {
         let (pod, _) = pod_with_container(d, image, TRAP3, true)?;
         seen.push(pod.id.clone());
         let quit = cri::with_log(

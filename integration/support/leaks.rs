@@ -6,23 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use sha2::{Digest, Sha512};
 
 use super::{cri, wait_until, Daemon};
-
-/// The per-pod chains the reference CNI plugins name after the network and the sandbox id:
-/// bridge's masquerade chain and portmap's DNAT chain (`CNI-[DN-]` + sha512(name+id) hex,
-/// 28 characters in all).
-pub fn pod_chains(network: &str, id: &str) -> [String; 2] {
-    let hex: String = Sha512::digest(format!("{network}{id}"))
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    [
-        format!("CNI-{}", &hex[..24]),
-        format!("CNI-DN-{}", &hex[..21]),
-    ]
-}
 
 /// Every line of `iptables-save` and `ip6tables-save` (all tables).
 pub fn firewall_lines() -> Vec<String> {
@@ -102,7 +87,7 @@ pub fn leaks(d: &Daemon, sandbox_ids: &[String]) -> Vec<String> {
     );
     let chains: Vec<String> = sandbox_ids
         .iter()
-        .flat_map(|id| pod_chains(&net.name, id))
+        .flat_map(|id| bosun::network::firewall::pod_chains(&net.name, id))
         .collect();
     for l in firewall_lines() {
         let ours = l.contains(&net.name)

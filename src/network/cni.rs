@@ -50,12 +50,26 @@ struct Loaded {
 struct Record {
     network: String,
     steps: Vec<RecordStep>,
-    /// Why the last DEL failed (a retried DEL may not see what the failed one removed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    del_failed: Option<String>,
+    /// DELs started so far (each failed or was cut short, or the record would be gone): a
+    /// retried DEL may not see what an earlier one removed half of.
+    #[serde(default)]
+    del_attempts: u32,
 }
 
 impl Record {
+    /// The names of the networks attached (the record's and each step's list).
+    fn networks(&self) -> Vec<String> {
+        let mut names = vec![self.network.clone()];
+        for s in &self.steps {
+            if let Some(n) = s.list.get("name").and_then(Value::as_str) {
+                if !names.iter().any(|have| have == n) {
+                    names.push(n.to_string());
+                }
+            }
+        }
+        names
+    }
+
     /// Whether every ADD finished (results recorded): not cut short by a failure or a crash.
     fn add_finished(&self) -> bool {
         self.steps.iter().all(|s| s.result.is_some())
@@ -389,7 +403,7 @@ impl Network for Cni {
                     result: None,
                 })
                 .collect(),
-            del_failed: None,
+            del_attempts: 0,
         };
         // Recorded before the first ADD: whatever happens next, DEL knows what to undo.
         self.write_record(&pod.id, &rec).await?;
@@ -423,8 +437,8 @@ impl Network for Cni {
     /// A DEL that can never run (its record is not JSON or not a network config we can read,
     /// or its environment is more than exec takes, and then ADD could not run either) is given
     /// up with a warning, so the sandbox can still be removed (issue 16 item 8). A DEL that ran
-    /// and failed, timed out or found no plugin keeps the record for the next try, and marks it:
-    /// a DEL after a failed one or after an interrupted ADD is checked for left firewall rules.
+    /// and failed, timed out or found no plugin keeps the record for the next try; a DEL after
+    /// another one or after an interrupted ADD is checked for left firewall rules.
     async fn detach(&self, pod: &PodNetwork) -> Result<()> {
         let path = self.record_path(&pod.id);
         let bytes = match std::fs::read(&path) {
@@ -443,20 +457,15 @@ impl Network for Cni {
                 return self.forget(&pod.id);
             }
         };
-        // After an interrupted ADD or a failed DEL, plugins' DEL is known to miss rules.
-        let suspect = !rec.add_finished() || rec.del_failed.is_some();
-        if let Err(e) = self.del_steps(&rec, &lists, pod).await {
-            if rec.del_failed.is_none() {
-                rec.del_failed = Some(e.message().chars().take(512).collect());
-                if let Err(we) = self.write_record(&pod.id, &rec).await {
-                    tracing::warn!(sandbox = %pod.id, "record the failed DEL: {we}");
-                }
-            }
-            return Err(e);
-        }
+        // After an interrupted ADD, or a DEL that failed or was cut short, plugins' DEL is
+        // known to miss rules (they find them from the interface the earlier call deleted).
+        let suspect = !rec.add_finished() || rec.del_attempts > 0;
+        rec.del_attempts += 1;
+        self.write_record(&pod.id, &rec).await?;
+        self.del_steps(&rec, &lists, pod).await?;
         crate::failpoint!("cni.del.done");
         if suspect {
-            let removed = firewall::sweep(&pod.id)
+            let removed = firewall::sweep(&pod.id, &rec.networks())
                 .await
                 .map_err(|e| e.context(format!("sandbox {}: CNI DEL not complete", pod.id)))?;
             if !removed.is_empty() {

@@ -390,3 +390,33 @@ async fn recovery_kills_what_plugin_calls_of_a_dead_daemon_left_running() {
         orphans::find(&caller)
     );
 }
+
+/// A DEL that failed is counted in the record, so the retry knows it cannot trust the
+/// plugins to find everything again (issue 16); a DEL that succeeds removes the record.
+#[tokio::test]
+async fn a_failed_del_is_counted_for_the_retry() {
+    let env = Env::new(&["bosun-flaky"]);
+    let flag = env.dir.path().join("failed-once");
+    crate::testutil::script(
+        &env.dir.path().join("bin/bosun-flaky"),
+        &format!(
+            "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = DEL ] && [ ! -e {0} ]; then touch {0}; echo '{{\"code\":11,\"msg\":\"busy\"}}'; exit 1; fi\necho '{{\"cniVersion\":\"1.0.0\"}}'\n",
+            flag.display()
+        ),
+    );
+    env.write_conf(
+        "10-flaky.conflist",
+        r#"{"cniVersion":"1.0.0","name":"flaky","plugins":[{"type":"bosun-flaky"}]}"#,
+    );
+    let cni = env.cni();
+    let p = pod("sb-flaky");
+    cni.attach(&p).await.expect("attach");
+    let e = cni.detach(&p).await.expect_err("first DEL fails");
+    assert!(e.to_string().contains("busy"), "{e}");
+    let record = env.dir.path().join("cache/sb-flaky.json");
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("record")).expect("json");
+    assert_eq!(rec["del_attempts"], 1, "{rec}");
+    cni.detach(&p).await.expect("retried DEL");
+    assert!(!record.exists(), "record left after a successful DEL");
+}

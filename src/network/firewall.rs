@@ -118,17 +118,60 @@ pub fn split_rule(s: &str) -> Vec<String> {
     out
 }
 
-/// Removes the rules naming sandbox `id` and the `CNI-` chains only they jumped to; returns
-/// the rules removed. Fails (naming a rule) if rules naming `id` are still there afterwards.
-pub async fn sweep(id: &str) -> Result<Vec<String>> {
+/// The chains the reference plugins name after the network and the container id: bridge's
+/// masquerade chain (`CNI-`) and portmap's per-pod chains (`CNI-DN-`, `CNI-SN-`), each
+/// `CNI-[prefix]` + sha512(network + id) in hex, cut to 28 characters.
+pub fn pod_chains(network: &str, id: &str) -> [String; 3] {
+    use sha2::{Digest, Sha512};
+    let hex: String = Sha512::digest(format!("{network}{id}"))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    ["", "DN-", "SN-"].map(|prefix| format!("CNI-{prefix}{hex}").chars().take(28).collect())
+}
+
+/// `(table, chain)` of every chain an `iptables-save` dump declares.
+fn parse_chains(text: &str) -> Vec<(String, String)> {
+    let mut table = String::new();
+    let mut chains = Vec::new();
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t.trim().to_string();
+        } else if let Some(decl) = line.strip_prefix(':') {
+            if let Some(name) = decl.split_whitespace().next() {
+                chains.push((table.clone(), name.to_string()));
+            }
+        }
+    }
+    chains
+}
+
+impl Rule {
+    /// The chain the rule is in.
+    fn chain(&self) -> &str {
+        self.spec.split_whitespace().next().unwrap_or_default()
+    }
+}
+
+/// Removes what is left of sandbox `id` on networks `networks`: the rules naming it, then the
+/// `CNI-` chains left empty with nothing jumping to them among those the rules were in or
+/// jumped to and those named after the pod ([`pod_chains`]; a chain made just before a crash
+/// may have no rule yet). Returns what was removed; fails (naming a rule) if rules naming
+/// `id` are still there afterwards.
+pub async fn sweep(id: &str, networks: &[String]) -> Result<Vec<String>> {
+    let named: Vec<String> = networks.iter().flat_map(|n| pod_chains(n, id)).collect();
     let mut removed = Vec::new();
     for (save, tool) in families() {
-        let rules = parse_save(&run(&save, &[]).await?);
+        let dump = run(&save, &[]).await?;
+        let mut candidates: Vec<(String, String)> = parse_chains(&dump)
+            .into_iter()
+            .filter(|(_, c)| named.contains(c))
+            .collect();
+        let rules = parse_save(&dump);
         let tagged: Vec<&Rule> = rules.iter().filter(|r| r.spec.contains(id)).collect();
-        if tagged.is_empty() {
+        if tagged.is_empty() && candidates.is_empty() {
             continue;
         }
-        let mut chains: Vec<(String, String)> = Vec::new();
         for r in &tagged {
             let mut args = vec!["-w".to_string(), "-t".into(), r.table.clone(), "-D".into()];
             args.extend(split_rule(&r.spec));
@@ -136,28 +179,32 @@ pub async fn sweep(id: &str) -> Result<Vec<String>> {
                 Ok(_) => removed.push(format!("{} -t {} -A {}", tool.display(), r.table, r.spec)),
                 Err(e) => tracing::warn!(sandbox = %id, "remove leftover rule: {e}"),
             }
-            if let Some(t) = target(&r.spec).filter(|t| t.starts_with("CNI-")) {
-                if !chains.iter().any(|(tb, c)| tb == &r.table && *c == t) {
-                    chains.push((r.table.clone(), t));
+            let chains = [Some(r.chain().to_string()), target(&r.spec)];
+            for c in chains
+                .into_iter()
+                .flatten()
+                .filter(|c| c.starts_with("CNI-"))
+            {
+                if !candidates.iter().any(|(t, n)| *t == r.table && *n == c) {
+                    candidates.push((r.table.clone(), c));
                 }
             }
         }
-        // A per-pod chain goes once nothing jumps to it any more (shared ones stay).
+        // A chain goes once it is empty and nothing jumps to it (shared ones never are).
         let rules = parse_save(&run(&save, &[]).await?);
-        for (table, chain) in chains {
-            let referenced = rules
-                .iter()
-                .any(|r| r.table == table && target(&r.spec).as_deref() == Some(chain.as_str()));
-            if referenced {
+        for (table, chain) in candidates {
+            let used = rules.iter().any(|r| {
+                r.table == table
+                    && (r.chain() == chain || target(&r.spec).as_deref() == Some(chain.as_str()))
+            });
+            if used {
                 continue;
             }
-            for op in ["-F", "-X"] {
-                let args = ["-w", "-t", &table, op, &chain].map(str::to_string);
-                if let Err(e) = run(&tool, &args).await {
-                    tracing::warn!(sandbox = %id, "remove leftover chain: {e}");
-                }
+            let args = ["-w", "-t", &table, "-X", &chain].map(str::to_string);
+            match run(&tool, &args).await {
+                Ok(_) => removed.push(format!("{} -t {table} -X {chain}", tool.display())),
+                Err(e) => tracing::warn!(sandbox = %id, "remove leftover chain: {e}"),
             }
-            removed.push(format!("{} -t {table} -X {chain}", tool.display()));
         }
         let left: Vec<Rule> = parse_save(&run(&save, &[]).await?)
             .into_iter()
@@ -204,6 +251,22 @@ COMMIT
         assert_eq!(t(3).as_deref(), Some("CNI-FORWARD"));
         let tagged: Vec<_> = rules.iter().filter(|r| r.spec.contains("feed")).collect();
         assert_eq!(tagged.len(), 2);
+    }
+
+    #[test]
+    fn chains_are_declared_per_table_and_named_after_the_pod() {
+        let chains = parse_chains(SAVE);
+        assert!(chains.contains(&("nat".into(), "CNI-0123456789abcdef01234567".into())));
+        assert!(chains.contains(&("nat".into(), "POSTROUTING".into())));
+        let rules = parse_save(SAVE);
+        assert_eq!(rules[1].chain(), "CNI-0123456789abcdef01234567");
+        // bridge's and portmap's names for network "bosun-it-tbdVY3l" and this sandbox, as
+        // iptables showed them (the churn test found the first one left behind).
+        let id = "5306f21271163fb7108eb0c1f1f89867fe734781e2e1291fb1e8b6e42718b6fa";
+        let [masq, dnat, snat] = pod_chains("bosun-it-tbdVY3l", id);
+        assert_eq!(masq, "CNI-2e5a6bcd7d889b4473fcf23f");
+        assert_eq!((dnat.len(), snat.len()), (28, 28));
+        assert!(dnat.starts_with("CNI-DN-2e5a6bcd7d889b447") && snat.starts_with("CNI-SN-2e5a"));
     }
 
     #[test]
