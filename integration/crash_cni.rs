@@ -24,6 +24,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             NEEDS,
             del_left_rules,
         ),
+        trial(
+            "crash::cni::a_del_cut_short_by_a_crash_is_not_trusted",
+            NEEDS,
+            del_cut_short,
+        ),
     ]
 }
 
@@ -68,52 +73,79 @@ fn orphaned_add() -> Result<()> {
     Ok(())
 }
 
+/// Rules of sandbox `id` in the firewall.
+fn tagged(id: &str) -> Vec<String> {
+    leaks::firewall_lines()
+        .into_iter()
+        .filter(|l| l.contains(id))
+        .collect()
+}
+
 /// The first DEL deletes the pod's interface and then fails (as bridge does when iptables
 /// answers "Device or resource busy"); the retried DEL finds no interface, so bridge skips the
 /// masquerade teardown and says it succeeded. The rules it left must be found and removed
 /// before the sandbox counts as detached.
 fn del_left_rules() -> Result<()> {
-    let d = cri::daemon_with(MASQUERADE)?;
-    let flag = d.dir().join("first-del-failed");
+    interrupted_del(false)
+}
+
+/// The same, but the first DEL is cut short by the daemon's death after it deleted the
+/// interface (the next daemon kills what is left of the call).
+fn del_cut_short() -> Result<()> {
+    interrupted_del(true)
+}
+
+/// A pod whose first bridge DEL deletes the interface, then fails or (`crash`) hangs while the
+/// daemon is killed; StopPodSandbox again must leave no rule of the pod.
+fn interrupted_del(crash: bool) -> Result<()> {
+    let mut d = cri::daemon_with(MASQUERADE)?;
+    let flag = d.dir().join("first-del-done");
+    let end = if crash {
+        "exec sleep 600"
+    } else {
+        "echo '{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"simulated: iptables: Device or resource busy\"}'; exit 1"
+    };
     d.net().wrap(
         "bridge",
         &format!(
             "if [ \"$CNI_COMMAND\" = DEL ] && [ ! -e {flag} ]; then\n\
              touch {flag}\n\
              nsenter --net=\"$CNI_NETNS\" ip link del \"$CNI_IFNAME\"\n\
-             echo '{{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"simulated: iptables: Device or resource busy\"}}'\n\
-             exit 1\n\
+             {end}\n\
              fi\n\
              exec {DEBIAN_PLUGINS}/bridge",
             flag = flag.display()
         ),
     )?;
-    let mut seen = Vec::new();
+    let pod = cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            cri::run_pod(&mut rt, cri::pod_config(&d, "masq")).await
+        }),
+    )?;
+    ensure!(
+        !tagged(&pod.id).is_empty(),
+        "bridge made no masquerade rule naming the sandbox: the test proves nothing"
+    );
+    if crash {
+        // DEL runs portmap, then bridge (the second plugin call).
+        d.crash_at("cni.del.plugin-running=2@kill", |d| {
+            call(d, Rpc::StopPod(&pod.id))
+        })?;
+    } else {
+        let first = call(&d, Rpc::StopPod(&pod.id));
+        ensure!(first.is_err(), "the first DEL did not fail: {first:?}");
+    }
+    ensure!(flag.exists(), "the first DEL never ran");
     cri::with_log(
         &d,
         block_on(async {
             let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "masq")).await?;
-            seen.push(pod.id.clone());
-            let tagged = |id: &str| -> Vec<String> {
-                leaks::firewall_lines()
-                    .into_iter()
-                    .filter(|l| l.contains(id))
-                    .collect()
-            };
-            ensure!(
-                !tagged(&pod.id).is_empty(),
-                "bridge made no masquerade rule naming the sandbox: the test proves nothing"
-            );
-            let stop = pb::StopPodSandboxRequest {
+            rt.stop_pod_sandbox(pb::StopPodSandboxRequest {
                 pod_sandbox_id: pod.id.clone(),
-            };
-            let first = rt.stop_pod_sandbox(stop.clone()).await;
-            ensure!(
-                first.is_err() && flag.exists(),
-                "the first DEL did not fail: {first:?}"
-            );
-            rt.stop_pod_sandbox(stop).await?;
+            })
+            .await?;
             let left = tagged(&pod.id);
             ensure!(
                 left.is_empty(),
@@ -123,5 +155,5 @@ fn del_left_rules() -> Result<()> {
             cri::remove_pod(&mut rt, &pod.id).await
         }),
     )?;
-    leaks::assert_none(&d, &seen)
+    leaks::assert_none(&d, &[pod.id])
 }
