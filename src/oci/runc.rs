@@ -19,6 +19,27 @@ use crate::sys::CommandExt;
 /// The most ExecSync keeps of each of stdout and stderr (CRI: the rest is dropped).
 pub const EXEC_OUTPUT_CAP: usize = 16 << 20;
 
+/// The name runc's init carries until it execs the container's process.
+const RUNC_INIT_COMM: &str = "runc:[2:INIT]";
+/// How long [`wait_exec`] waits at most.
+const EXEC_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits (at most 2 s) until process `pid`, a container's init released by `runc start`, has
+/// exec'd the container's process (or is gone). `runc start` returns once the init is
+/// released, before that exec: a stop signal sent in between reaches runc's init, which loses
+/// it or exits 2, never the container's process (seen 1 in 40 starts here).
+pub async fn wait_exec(pid: u32) {
+    let comm = format!("/proc/{pid}/comm");
+    let deadline = tokio::time::Instant::now() + EXEC_WAIT;
+    while tokio::fs::read_to_string(&comm)
+        .await
+        .is_ok_and(|c| c.trim_end() == RUNC_INIT_COMM)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// What `runc state` reports about a container.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct State {
@@ -295,6 +316,30 @@ impl OciRuntime for Runc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process named as runc's init that execs its real program after 300 ms: the wait
+    /// returns once it has, not before.
+    #[tokio::test]
+    async fn the_wait_for_exec_ends_when_runc_init_has_execd() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let init = dir.path().join(RUNC_INIT_COMM);
+        crate::testutil::script(&init, "#!/bin/sh\nsleep 0.3\nexec sleep 5\n");
+        let mut child = tokio::process::Command::new(&init)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn");
+        let pid = child.id().expect("pid");
+        let t = std::time::Instant::now();
+        wait_exec(pid).await;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
+        assert_eq!(comm.trim_end(), "sleep", "after {:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            t.elapsed()
+        );
+        let _ = child.kill().await;
+    }
 
     #[test]
     fn error_message_prefers_the_last_json_error() {

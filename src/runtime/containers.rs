@@ -348,6 +348,7 @@ impl Runtime {
         crate::failpoint!("container.start.before-runc");
         match self.runc.start(&id).await {
             Ok(()) => {
+                crate::oci::runc::wait_exec(st.pid).await;
                 crate::failpoint!("container.start.runc-started");
                 entry.update(|s| s.start(started, st.pid))?;
                 crate::failpoint!("container.start.done");
