@@ -154,7 +154,7 @@ fn allowed_codes(name: &str) -> Vec<i32> {
 
 /// Every object after the last restart: creation times set, a RUNNING container has its
 /// monitor, an EXITED container that ran has an exit code it can have had.
-async fn check_consistent(rt: &mut Rt) -> Result<(usize, usize)> {
+async fn check_consistent(rt: &mut Rt, daemon_log: &str) -> Result<(usize, usize)> {
     let pods = cri::list_pods(rt, None).await?;
     for p in &pods {
         let s = cri::pod_status(rt, &p.id).await?;
@@ -182,9 +182,15 @@ async fn check_consistent(rt: &mut Rt) -> Result<(usize, usize)> {
                 };
                 ensure!(
                     allowed_codes(&name).contains(&s.exit_code) && s.reason == reason,
-                    "{name}: exit code {} reason {:?}: {s:?}",
+                    "{name}: exit code {} reason {:?}: {s:?}\n--- its log:\n{}\n--- the daemon on it:\n{}",
                     s.exit_code,
-                    s.reason
+                    s.reason,
+                    std::fs::read_to_string(&s.log_path).unwrap_or_default(),
+                    daemon_log
+                        .lines()
+                        .filter(|l| l.contains(&c.id) && !l.contains("h2::"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 );
             }
             _ => {}
@@ -236,7 +242,17 @@ fn churn() -> Result<()> {
     // One more crash with whatever the workers left, then the checks.
     d.restart()?;
     let log = d.log();
-    waited += log.matches("was killed but has not exited yet").count();
+    let _ = std::fs::write("/tmp/churn-daemon.log", &log);
+    // What kept the killed daemons (evidence for issue 16 item 5).
+    for l in log
+        .lines()
+        .filter(|l| l.contains("was killed but has not exited yet"))
+    {
+        waited += 1;
+        if let Some(why) = l.split("last thread: ").nth(1) {
+            eprintln!("a restarted daemon waited for the killed one: {why}");
+        }
+    }
     ensure!(
         !log.contains("panicked"),
         "the daemon panicked; log:\n{log}"
@@ -245,7 +261,7 @@ fn churn() -> Result<()> {
         &d,
         block_on(async {
             let mut rt = cri::client(&d).await?;
-            let left = check_consistent(&mut rt).await?;
+            let left = check_consistent(&mut rt, &log).await?;
             for p in cri::list_pods(&mut rt, None).await? {
                 tally
                     .sandboxes
