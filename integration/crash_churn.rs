@@ -242,7 +242,6 @@ fn churn() -> Result<()> {
     // One more crash with whatever the workers left, then the checks.
     d.restart()?;
     let log = d.log();
-    let _ = std::fs::write("/tmp/churn-daemon.log", &log);
     // What kept the killed daemons (evidence for issue 16 item 5).
     for l in log
         .lines()
