@@ -50,7 +50,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 }
 
 /// Exits 3 on SIGTERM; "started" once the trap is set.
-const TRAP3: &str = "trap 'exit 3' TERM; echo started; while :; do sleep 0.1; done";
+pub const TRAP3: &str = "trap 'exit 3' TERM; echo started; while :; do sleep 0.1; done";
 /// Ignores SIGTERM (only the KILL at the deadline ends it: 137).
 const NO_TERM: &str = "trap '' TERM; echo started; while :; do sleep 0.1; done";
 
@@ -99,7 +99,7 @@ pub const MASQUERADE: &str = "[network]\nmasquerade = true\n";
 /// One daemon (with `extra` config) for `specs`: each scenario runs with the busybox image and
 /// the list of sandbox ids seen so far, then every pod left is removed and nothing may be
 /// left of them. Failures name the spec.
-fn suite(
+pub fn suite(
     extra: &str,
     specs: &[&str],
     mut scenario: impl FnMut(&mut Daemon, &str, &str, &mut Vec<String>) -> Result<()>,
@@ -121,7 +121,7 @@ fn suite(
 }
 
 /// A pod's CRI status checks the kubelet's client makes: a creation time.
-async fn check_created(rt: &mut Rt, pod: &str) -> Result<()> {
+pub async fn check_created(rt: &mut Rt, pod: &str) -> Result<()> {
     let s = cri::pod_status(rt, pod).await?;
     ensure!(s.created_at > 0, "pod {pod}: CreatedAt {}", s.created_at);
     for c in pod_containers(rt, pod).await? {
@@ -229,35 +229,45 @@ const RUN_POD_POINTS: &[&str] = &[
 fn run_pod_sandbox() -> Result<()> {
     suite(MASQUERADE, RUN_POD_POINTS, |d, spec, image, seen| {
         let config = cri::pod_config(d, "crash-run");
-        d.crash_at(spec, |d| call(d, Rpc::RunPod(&config)))?;
-        cri::with_log(
-            d,
-            block_on(async {
-                let mut rt = cri::client(d).await?;
-                let found = pods_named(&mut rt, &config).await?;
-                ensure!(found.len() <= 1, "two pods for one request: {found:?}");
-                seen.extend(found.iter().map(|p| p.id.clone()));
-                let pod = match found.first() {
-                    Some(p) => {
-                        check_created(&mut rt, &p.id).await?;
-                        if p.state == pb::PodSandboxState::SandboxReady as i32 {
-                            Pod {
-                                id: p.id.clone(),
-                                config: config.clone(),
-                            }
-                        } else {
-                            cri::remove_pod(&mut rt, &p.id).await?;
-                            cri::run_pod(&mut rt, next_attempt(&config)).await?
-                        }
-                    }
-                    None => cri::run_pod(&mut rt, config.clone()).await?,
-                };
-                seen.push(pod.id.clone());
-                check_usable(d, &mut rt, &pod, image).await
-            }),
-        )?;
-        Ok(())
+        run_pod_killed_at(d, spec, image, seen, &config)
     })
+}
+
+/// RunPodSandbox of `config` killed at `spec`, then the checks of [`run_pod_sandbox`].
+pub fn run_pod_killed_at(
+    d: &mut Daemon,
+    spec: &str,
+    image: &str,
+    seen: &mut Vec<String>,
+    config: &pb::PodSandboxConfig,
+) -> Result<()> {
+    d.crash_at(spec, |d| call(d, Rpc::RunPod(config)))?;
+    cri::with_log(
+        d,
+        block_on(async {
+            let mut rt = cri::client(d).await?;
+            let found = pods_named(&mut rt, config).await?;
+            ensure!(found.len() <= 1, "two pods for one request: {found:?}");
+            seen.extend(found.iter().map(|p| p.id.clone()));
+            let pod = match found.first() {
+                Some(p) => {
+                    check_created(&mut rt, &p.id).await?;
+                    if p.state == pb::PodSandboxState::SandboxReady as i32 {
+                        Pod {
+                            id: p.id.clone(),
+                            config: config.clone(),
+                        }
+                    } else {
+                        cri::remove_pod(&mut rt, &p.id).await?;
+                        cri::run_pod(&mut rt, next_attempt(config)).await?
+                    }
+                }
+                None => cri::run_pod(&mut rt, config.clone()).await?,
+            };
+            seen.push(pod.id.clone());
+            check_usable(d, &mut rt, &pod, image).await
+        }),
+    )
 }
 
 const CREATE_POINTS: &[&str] = &[

@@ -71,7 +71,7 @@ fn ns_options(pod: &mut pb::PodSandboxConfig) -> &mut pb::NamespaceOption {
 }
 
 /// A pod config with its own user namespace mapping 0..LEN to BASE.. (the kubelet's shape).
-fn userns_pod(d: &crate::support::Daemon, name: &str) -> pb::PodSandboxConfig {
+pub fn userns_pod(d: &crate::support::Daemon, name: &str) -> pb::PodSandboxConfig {
     let mut config = cri::pod_config(d, name);
     ns_options(&mut config).userns_options =
         Some(userns(pb::NamespaceMode::Pod, vec![range(0, BASE, LEN)]));

@@ -4,6 +4,7 @@ mod crash_churn;
 mod crash_cni;
 mod crash_lock;
 mod crash_steps;
+mod crash_userns;
 mod cri_containers;
 mod cri_events;
 mod cri_exec;
@@ -62,6 +63,7 @@ fn main() {
     trials.extend(cri_userns::trials());
     trials.extend(crash_steps::trials());
     trials.extend(crash_cni::trials());
+    trials.extend(crash_userns::trials());
     trials.extend(crash_churn::trials());
     trials.extend(crash_lock::trials());
     trials.extend(daemon::trials());

@@ -69,6 +69,7 @@ pub fn mount_idmapped(
         staged.push(at);
     }
     if result.is_ok() {
+        crate::failpoint!("container.rootfs.staged");
         result = mount_overlay(&staged, rw, target);
     }
     // The overlay holds private clones of its layers: the staged ones can go now.
