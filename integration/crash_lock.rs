@@ -125,8 +125,16 @@ fn waits_for_killed_daemon() -> Result<()> {
         })
     };
     let pid = d.pid().context("daemon pid")?;
+    // The same thread still in D 300 ms later: blocked on the frozen fs, not in a moment of
+    // disk I/O that a busy machine can show any thread in.
+    let blocked = || {
+        let first = stuck(pid);
+        std::thread::sleep(Duration::from_millis(300));
+        let later = stuck(pid);
+        first.iter().any(|t| later.contains(t))
+    };
     ensure!(
-        wait_until(10, || !stuck(pid).is_empty()),
+        wait_until(10, blocked),
         "no daemon thread blocked on the frozen fs"
     );
     let mut old = d.kill_nowait().context("daemon child")?;
