@@ -1,5 +1,6 @@
-//! The real [`Network`]: the conf dir (or the embedded default) and CNI plugins run per the spec,
-//! with a per-sandbox record on disk of what was attached, so DEL runs exactly until it succeeds.
+//! The real [`Network`]: the conf dir's CNI plugins run per the spec, with a per-sandbox record
+//! on disk of what was attached, so DEL runs exactly until it succeeds; with no config in the
+//! conf dir, the embedded network ([`Native`]).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -10,9 +11,9 @@ use serde_json::{Map, Value};
 
 use super::conf::{self, NetworkList};
 use super::invoke::{self, Command};
+use super::native::{Native, Plan};
 use super::{
-    cidr, embedded, result, Attachment, Network, NetworkStatus, PodNetwork, POD_IFNAME,
-    REASON_NOT_READY,
+    cidr, result, Attachment, Network, NetworkStatus, PodNetwork, POD_IFNAME, REASON_NOT_READY,
 };
 use super::{firewall, orphans};
 use crate::config::NetworkConfig;
@@ -31,9 +32,11 @@ struct Step {
 struct Resolved {
     /// The pod network's name (the last step's).
     name: String,
-    /// The config file, or a description of the embedded default.
+    /// The config file, or a description of the embedded network.
     source: String,
     steps: Vec<Step>,
+    /// The embedded network's plan, when the conf dir has no config (no steps then).
+    native: Option<Arc<Plan>>,
 }
 
 /// What the conf dir looked like when it was last read: file names, mtimes, sizes, pod CIDR.
@@ -91,6 +94,7 @@ pub struct Cni {
     timeout: Duration,
     loaded: Mutex<Option<Loaded>>,
     pod_cidr: Mutex<Option<String>>,
+    native: Native,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -111,6 +115,7 @@ impl Cni {
             cache_dir,
             loaded: Mutex::new(None),
             pod_cidr: Mutex::new(pod_cidr),
+            native: Native::new(),
         })
     }
 
@@ -160,25 +165,12 @@ impl Cni {
 
     fn load(&self, files: &[PathBuf], pod_cidr: Option<&str>) -> Result<Resolved> {
         let Some(first) = files.first() else {
-            let list = embedded::pod_network(&self.cfg, pod_cidr)?;
-            let subnets = pod_cidr.unwrap_or(&self.cfg.subnet);
+            let plan = Plan::new(&self.cfg, pod_cidr, true)?;
             return Ok(Resolved {
-                name: list.name.clone(),
-                source: format!(
-                    "embedded default (no config in {}): bridge {}, subnet {subnets}",
-                    self.cfg.conf_dir.display(),
-                    self.cfg.bridge
-                ),
-                steps: vec![
-                    Step {
-                        list: embedded::loopback()?,
-                        ifname: "lo".into(),
-                    },
-                    Step {
-                        list,
-                        ifname: POD_IFNAME.into(),
-                    },
-                ],
+                name: plan.name.clone(),
+                source: plan.describe(),
+                steps: Vec::new(),
+                native: Some(Arc::new(plan)),
             });
         };
         let list = conf::load_file(first)?;
@@ -189,6 +181,7 @@ impl Cni {
                 list,
                 ifname: POD_IFNAME.into(),
             }],
+            native: None,
         })
     }
 
@@ -208,6 +201,24 @@ impl Cni {
             }
         }
         Ok(())
+    }
+
+    /// The embedded network's plan for tearing down and recovering (whether or not it is the
+    /// active network); `None` when the config cannot make one.
+    fn native_plan(&self) -> Option<Arc<Plan>> {
+        if let Ok(r) = self.resolve() {
+            if let Some(p) = &r.native {
+                return Some(p.clone());
+            }
+        }
+        let pod_cidr = lock(&self.pod_cidr).clone();
+        match Plan::new(&self.cfg, pod_cidr.as_deref(), false) {
+            Ok(p) => Some(Arc::new(p)),
+            Err(e) => {
+                tracing::warn!("embedded network: {e}");
+                None
+            }
+        }
     }
 
     /// The usable networks, or FailedPrecondition saying why not.
@@ -301,6 +312,51 @@ impl Cni {
             Err(e) => Err(Error::internal(format!("read {}: {e}", path.display()))),
         }
     }
+    /// CNI DEL from the sandbox's record (a no-op without one). A DEL that can never run (its
+    /// record is not JSON or not a network config we can read, or its environment is more than
+    /// exec takes, and then ADD could not run either) is given up with a warning, so the sandbox
+    /// can still be removed (issue 16 item 8). A DEL that ran and failed, timed out or found no
+    /// plugin keeps the record for the next try; a DEL after another one or after an interrupted
+    /// ADD is checked for left firewall rules.
+    async fn detach_cni(&self, pod: &PodNetwork) -> Result<()> {
+        let path = self.record_path(&pod.id);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::internal(format!("read {}: {e}", path.display()))),
+        };
+        let usable = match usable_record(&bytes) {
+            Ok(r) => exec_refused(pod, &self.cfg.bin_dirs).map_or(Ok(r), Err),
+            Err(e) => Err(format!("record {}: {e}", path.display())),
+        };
+        let (mut rec, lists) = match usable {
+            Ok(r) => r,
+            Err(why) => {
+                tracing::warn!(sandbox = %pod.id, "CNI DEL can never run ({why}); given up");
+                return self.forget(&pod.id);
+            }
+        };
+        // After an interrupted ADD, or a DEL that failed or was cut short, plugins' DEL is
+        // known to miss rules (they find them from the interface the earlier call deleted).
+        let suspect = !rec.add_finished() || rec.del_attempts > 0;
+        rec.del_attempts += 1;
+        self.write_record(&pod.id, &rec).await?;
+        self.del_steps(&rec, &lists, pod).await?;
+        crate::failpoint!("cni.del.done");
+        if suspect {
+            let removed = firewall::sweep(&pod.id, &rec.networks())
+                .await
+                .map_err(|e| e.context(format!("sandbox {}: CNI DEL not complete", pod.id)))?;
+            if !removed.is_empty() {
+                tracing::warn!(
+                    sandbox = %pod.id,
+                    removed = ?removed,
+                    "CNI DEL left firewall rules of the sandbox; removed them"
+                );
+            }
+        }
+        self.forget(&pod.id)
+    }
 }
 
 /// The longest environment string exec(2) accepts (MAX_ARG_STRLEN: 32 pages, with the NUL).
@@ -369,6 +425,10 @@ fn runtime_config(pod: &PodNetwork) -> Map<String, Value> {
 impl Network for Cni {
     fn status(&self) -> NetworkStatus {
         match self.ready() {
+            Ok(r) if r.native.is_some() => match &r.native {
+                Some(plan) => self.native.status(plan),
+                None => NetworkStatus::default(),
+            },
             Ok(r) => NetworkStatus {
                 ready: true,
                 name: r.name.clone(),
@@ -385,13 +445,16 @@ impl Network for Cni {
     }
 
     async fn attach(&self, pod: &PodNetwork) -> Result<Attachment> {
+        let r = self.ready()?;
+        if let Some(plan) = &r.native {
+            return self.native.attach(pod, plan.clone()).await;
+        }
         if let Some(why) = exec_refused(pod, &self.cfg.bin_dirs) {
             return Err(Error::invalid(format!(
                 "sandbox {}: CNI ADD: {why}",
                 pod.id
             )));
         }
-        let r = self.ready()?;
         let mut rec = Record {
             network: r.name.clone(),
             steps: r
@@ -434,49 +497,11 @@ impl Network for Cni {
         })
     }
 
-    /// A DEL that can never run (its record is not JSON or not a network config we can read,
-    /// or its environment is more than exec takes, and then ADD could not run either) is given
-    /// up with a warning, so the sandbox can still be removed (issue 16 item 8). A DEL that ran
-    /// and failed, timed out or found no plugin keeps the record for the next try; a DEL after
-    /// another one or after an interrupted ADD is checked for left firewall rules.
+    /// The embedded network's part (a no-op unless it leased the sandbox an address), then
+    /// CNI DEL from the sandbox's record (see [`Cni::detach_cni`]).
     async fn detach(&self, pod: &PodNetwork) -> Result<()> {
-        let path = self.record_path(&pod.id);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::internal(format!("read {}: {e}", path.display()))),
-        };
-        let usable = match usable_record(&bytes) {
-            Ok(r) => exec_refused(pod, &self.cfg.bin_dirs).map_or(Ok(r), Err),
-            Err(e) => Err(format!("record {}: {e}", path.display())),
-        };
-        let (mut rec, lists) = match usable {
-            Ok(r) => r,
-            Err(why) => {
-                tracing::warn!(sandbox = %pod.id, "CNI DEL can never run ({why}); given up");
-                return self.forget(&pod.id);
-            }
-        };
-        // After an interrupted ADD, or a DEL that failed or was cut short, plugins' DEL is
-        // known to miss rules (they find them from the interface the earlier call deleted).
-        let suspect = !rec.add_finished() || rec.del_attempts > 0;
-        rec.del_attempts += 1;
-        self.write_record(&pod.id, &rec).await?;
-        self.del_steps(&rec, &lists, pod).await?;
-        crate::failpoint!("cni.del.done");
-        if suspect {
-            let removed = firewall::sweep(&pod.id, &rec.networks())
-                .await
-                .map_err(|e| e.context(format!("sandbox {}: CNI DEL not complete", pod.id)))?;
-            if !removed.is_empty() {
-                tracing::warn!(
-                    sandbox = %pod.id,
-                    removed = ?removed,
-                    "CNI DEL left firewall rules of the sandbox; removed them"
-                );
-            }
-        }
-        self.forget(&pod.id)
+        self.native.detach(&pod.id, self.native_plan()).await?;
+        self.detach_cni(pod).await
     }
 
     async fn recover(&self) {
@@ -510,9 +535,15 @@ impl Network for Cni {
     }
 
     async fn check(&self, pod: &PodNetwork) -> Result<()> {
-        let rec = self
-            .read_record(&pod.id)?
-            .ok_or_else(|| Error::not_found(format!("sandbox {}: not attached", pod.id)))?;
+        let Some(rec) = self.read_record(&pod.id)? else {
+            return match self.native_plan() {
+                Some(plan) => self.native.check(&pod.id, plan).await,
+                None => Err(Error::not_found(format!(
+                    "sandbox {}: not attached",
+                    pod.id
+                ))),
+            };
+        };
         for step in &rec.steps {
             let list = NetworkList::from_raw(&step.list)?;
             if list.supports_check() {
@@ -539,5 +570,9 @@ impl Network for Cni {
         *lock(&self.pod_cidr) = (!value.is_empty()).then(|| value.to_string());
         tracing::info!(pod_cidr = value, "pod CIDR recorded");
         Ok(())
+    }
+
+    async fn reconcile(&self, attached: &[PodNetwork]) -> Result<()> {
+        self.native.reconcile(attached, self.native_plan()).await
     }
 }

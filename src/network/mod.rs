@@ -1,18 +1,18 @@
 //! Pod networking behind the [`Network`] trait: CNI plugins (real) and a fake for unit tests.
 //!
 //! [`Cni`] loads the network config from the conf dir (lowest file name wins, reloaded when the
-//! files change) or, when the dir holds no config file, bosun's embedded default network
-//! (loopback, then bridge + host-local + portmap on eth0), and runs the plugins as child
-//! processes per the CNI spec. What a sandbox was attached with is recorded on disk before the
-//! first ADD, so DEL runs with the same config after a restart and exactly until it succeeds.
+//! files change) and runs the plugins as child processes per the CNI spec; what a sandbox was
+//! attached with is recorded on disk before the first ADD, so DEL runs with the same config
+//! after a restart and exactly until it succeeds. When the dir holds no config file, pods get
+//! bosun's embedded network ([`native`]), made in-process over netlink.
 
 pub mod cidr;
 mod cni;
 pub mod conf;
-pub mod embedded;
 pub mod fake;
 pub mod firewall;
 pub mod invoke;
+pub mod native;
 pub mod orphans;
 pub mod result;
 
@@ -143,4 +143,10 @@ pub trait Network: Send + Sync {
     /// Records the node's pod CIDR(s) (UpdateRuntimeConfig; comma-separated); the embedded
     /// default network uses them as its subnets.
     fn set_pod_cidr(&self, cidr: &str) -> Result<()>;
+    /// Called once after recovery with every sandbox that is still attached: what the network
+    /// holds for any other sandbox is released, and its shared state (the embedded network's
+    /// nftables table) is rebuilt from these.
+    async fn reconcile(&self, _attached: &[PodNetwork]) -> Result<()> {
+        Ok(())
+    }
 }

@@ -154,3 +154,26 @@ impl Runtime {
         Ok(())
     }
 }
+
+impl Runtime {
+    /// After recovery: tells the network which sandboxes are still attached (READY, own
+    /// network), so it releases what any other holds and rebuilds its shared state.
+    pub(super) async fn reconcile_network(&self) {
+        let attached: Vec<PodNetwork> = self
+            .state
+            .sandboxes
+            .list(&Default::default())
+            .into_iter()
+            .filter(|e| {
+                let st = e.status();
+                st.state() == super::status::SandboxState::Ready
+                    && st.network_attached
+                    && own_network(e.meta())
+            })
+            .map(|e| pod_network(e.id(), e.meta()))
+            .collect();
+        if let Err(e) = self.network.reconcile(&attached).await {
+            tracing::warn!("recovery: pod network: {e}");
+        }
+    }
+}

@@ -137,6 +137,7 @@ impl Runtime {
                 self.recover_network(&entry).await;
             }
         }
+        self.reconcile_network().await;
         tracing::info!(
             sandboxes = self.state.sandboxes.len(),
             containers = self.state.containers.len(),
