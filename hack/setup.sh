@@ -16,7 +16,8 @@ PACKAGES=(
   apache2-utils    # htpasswd
   zstd python3 iproute2 iptables psmisc procps util-linux
   containerd       # benchmark peer
-  containernetworking-plugins  # bosun's embedded pod network (loopback, bridge, host-local, portmap) and containerd's in the pods bench
+  containernetworking-plugins  # CNI config tests (conf dir) and containerd's network in the pods bench
+  nftables        # nft: the tests read bosun's nftables table (bosun itself speaks netlink)
   jq
   attr            # getfattr, to check unpacked xattrs
   openssl         # throwaway CA for the TLS registry test

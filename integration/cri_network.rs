@@ -1,7 +1,10 @@
-//! Pod networking over CRI with real runc and Debian's CNI plugins on the embedded default
-//! network (each daemon its own bridge, /24, lease dir; no masquerade, no default route):
-//! pod IPs, pod-to-pod and host-to-pod TCP, hostPort, DEL exactly once (also across kill -9),
-//! hostNetwork without CNI, NetworkReady, slow plugins, the pod CIDR.
+//! Pod networking over CRI with real runc on bosun's embedded network (each daemon its own
+//! bridge, /24, lease journal and nftables table; no masquerade, no default route), observed in
+//! the real state (links, leases, nft map elements): pod IPs, pod-to-pod and host-to-pod TCP,
+//! hostPort from host addresses and 127.0.0.1, release exactly once (also across kill -9), no
+//! rule or lease left after 200 lifecycles, the table rebuilt after a flush, hostNetwork,
+//! NetworkReady, the pod CIDR; and a conf-dir CNI config with Debian's plugins (DEL exactly
+//! once across kill -9, slow plugins).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -11,7 +14,7 @@ use anyhow::{bail, ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, Rt, NEEDS};
-use crate::support::network::{iptables_save, HostPortGuard};
+use crate::support::network::iptables_save;
 use crate::support::{block_on, trial, wait_until, Daemon, Need};
 
 const NET_NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images, Need::Cni];
@@ -38,6 +41,21 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "cri::network::ip_released_once_across_kill9_and_restart",
             NET_NEEDS,
             released_across_restart,
+        ),
+        trial(
+            "cri::network::cni_config_ip_released_once_across_kill9_mid_add",
+            NET_NEEDS,
+            cni_released_across_restart,
+        ),
+        trial(
+            "cri::network::no_rule_veth_or_lease_left_after_200_lifecycles",
+            NET_NEEDS,
+            lifecycles_leave_nothing,
+        ),
+        trial(
+            "cri::network::nft_table_rebuilt_after_a_flush_behind_our_back",
+            NET_NEEDS,
+            table_rebuilt,
         ),
         trial(
             "cri::network::host_network_pod_makes_no_cni_call",
@@ -195,6 +213,11 @@ fn pods_talk() -> Result<()> {
                 "leases left: {:?}",
                 d.net().leases()
             );
+            ensure!(
+                d.net().veths().is_empty(),
+                "veths left: {:?}",
+                d.net().veths()
+            );
             Ok(())
         }),
     )?;
@@ -208,57 +231,80 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// hostPort through portmap's DNAT: from the host to the bridge's address (a local address:
-/// the OUTPUT-chain DNAT applies); 127.0.0.1 is tried and reported, not required (it needs
-/// route_localnet). After stop the mapping is gone; after the daemon, the bridge and chains.
+/// hostPort through bosun's nftables map: from the host to the bridge's address and to
+/// 127.0.0.1, and from the pod itself to its own hostPort (hairpin, masqueraded); one map
+/// element per mapping; a second pod asking for the same hostPort is refused and leaves the
+/// first alone. After stop the element is gone; after the daemon, the bridge and the table.
 fn host_port() -> Result<()> {
     let d = cri::daemon()?;
-    let guard = HostPortGuard::new();
     let bb = cri::import(&d, "busybox")?;
     let net = d.net().clone();
     let port = free_port()?;
+    let mapping = |host_port: u16, container_port: i32| pb::PortMapping {
+        protocol: pb::Protocol::Tcp as i32,
+        container_port,
+        host_port: i32::from(host_port),
+        host_ip: String::new(),
+    };
     cri::with_log(
         &d,
         block_on(async {
             let mut rt = cri::client(&d).await?;
             let mut cfg = cri::pod_config(&d, "hostport");
-            cfg.port_mappings = vec![
-                pb::PortMapping {
-                    protocol: pb::Protocol::Tcp as i32,
-                    container_port: 8080,
-                    host_port: i32::from(port),
-                    host_ip: String::new(),
-                },
-                // What the kubelet sends for a containerPort without hostPort: not mapped.
-                pb::PortMapping {
-                    protocol: pb::Protocol::Tcp as i32,
-                    container_port: 9090,
-                    host_port: 0,
-                    host_ip: String::new(),
-                },
-            ];
+            // 9090 without a host port is what the kubelet sends for a plain containerPort.
+            cfg.port_mappings = vec![mapping(port, 8080), mapping(0, 9090)];
             let pod = cri::run_pod(&mut rt, cfg).await?;
+            let (ip, _) = pod_ips(&mut rt, &pod.id).await?;
             let hostname = pod.config.hostname.clone();
-            cri::create_start(&mut rt, &pod, &cri::sh_config(&pod, "web", &bb, HTTPD)).await?;
+            let web =
+                cri::create_start(&mut rt, &pod, &cri::sh_config(&pod, "web", &bb, HTTPD)).await?;
             let want = format!("hello-{hostname}");
             let via_gw = SocketAddr::new(net.gateway().into(), port);
             wait_http(via_gw, &want)?;
-            let lo = SocketAddr::from(([127, 0, 0, 1], port));
-            match http_get(lo) {
-                Ok(b) if b.contains(&want) => eprintln!("note: hostPort via 127.0.0.1 works"),
-                other => eprintln!("note: hostPort via 127.0.0.1 does not work here: {other:?}"),
-            }
-            let rules: Vec<String> = iptables_save()
-                .into_iter()
-                .filter(|l| l.contains(&pod.id))
-                .collect();
-            ensure!(!rules.is_empty(), "no portmap rule names the sandbox");
+            wait_http(SocketAddr::from(([127, 0, 0, 1], port)), &want)?;
+            // The pod reaches itself through its hostPort (hairpin + masquerade).
+            let body = exec_out(
+                &mut rt,
+                &web,
+                &[
+                    "wget",
+                    "-q",
+                    "-O",
+                    "-",
+                    &format!("http://{}:{port}/", net.gateway()),
+                ],
+            )
+            .await?;
+            ensure!(body.trim() == want, "hairpin got {body:?}");
+            let els = net.nft_elements();
+            ensure!(
+                els.len() == 1 && els[0].contains(&ip) && els[0].contains(&port.to_string()),
+                "map elements: {els:?}"
+            );
+            let mut clash = cri::pod_config(&d, "hostport-clash");
+            clash.port_mappings = vec![mapping(port, 80)];
+            let e = cri::run_pod(&mut rt, clash)
+                .await
+                .expect_err("a second pod on the same hostPort");
+            let status = e
+                .downcast_ref::<tonic::Status>()
+                .context("not a gRPC status")?;
+            ensure!(
+                status.code() == tonic::Code::AlreadyExists
+                    && status.message().contains(&format!("{port}/tcp")),
+                "{status:?}"
+            );
+            ensure!(
+                net.nft_elements() == els,
+                "the clash touched the first pod's element"
+            );
+            wait_http(via_gw, &want)?;
             stop_pod(&mut rt, &pod.id).await?;
-            let left: Vec<String> = iptables_save()
-                .into_iter()
-                .filter(|l| l.contains(&pod.id) || l.contains(&format!("--dport {port}")))
-                .collect();
-            ensure!(left.is_empty(), "portmap rules left after stop: {left:?}");
+            ensure!(
+                net.nft_elements().is_empty(),
+                "map elements left after stop: {:?}",
+                net.nft_elements()
+            );
             ensure!(
                 http_get(via_gw).is_err(),
                 "hostPort still answers after stop"
@@ -268,10 +314,10 @@ fn host_port() -> Result<()> {
         }),
     )?;
     cri::assert_clean(&d)?;
-    drop(guard);
     drop(d);
     let left = net.leftovers();
     ensure!(left.is_empty(), "daemon cleanup left: {left:?}");
+    ensure!(net.nft_table().is_none(), "the test's table is still there");
     Ok(())
 }
 
@@ -279,12 +325,24 @@ fn host_port() -> Result<()> {
 fn leases_of(d: &Daemon, id: &str) -> Vec<String> {
     let dir = d.net().data_dir.join(&d.net().name);
     d.net()
-        .leases()
+        .host_local_leases()
         .into_iter()
         .filter(|ip| std::fs::read_to_string(dir.join(ip)).is_ok_and(|owner| owner.contains(id)))
         .collect()
 }
 
+/// How many journal lines record `op` (`+` or `-`) for sandbox `id`.
+fn journal_count(d: &Daemon, op: &str, id: &str) -> usize {
+    let prefix = format!("{op} {id}");
+    d.net()
+        .journal_lines()
+        .iter()
+        .filter(|l| l.starts_with(&prefix))
+        .count()
+}
+
+/// The lease is journaled at RunPodSandbox with the pod's veth on the bridge, and released
+/// exactly once at StopPodSandbox (the veth gone); no plugin runs and no CNI record is kept.
 fn released_on_stop() -> Result<()> {
     let d = cri::daemon()?;
     cri::with_log(
@@ -293,51 +351,48 @@ fn released_on_stop() -> Result<()> {
             let mut rt = cri::client(&d).await?;
             let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "lease")).await?;
             let (ip, _) = pod_ips(&mut rt, &pod.id).await?;
+            let live = d.net().journal();
             ensure!(
-                leases_of(&d, &pod.id) == [ip.clone()],
-                "lease of {ip}: {:?}",
-                d.net().leases()
+                live.get(&pod.id) == Some(&vec![ip.clone()]) && live.len() == 1,
+                "leases: {live:?}"
             );
+            let veth = bosun::network::native::veth_name(&pod.id);
             ensure!(
-                d.root()
-                    .join("network")
-                    .join(format!("{}.json", pod.id))
-                    .exists(),
-                "no attach record"
+                d.net().veths() == [veth.clone()],
+                "veths: {:?}",
+                d.net().veths()
             );
-            stop_pod(&mut rt, &pod.id).await?;
-            ensure!(
-                d.net().leases().is_empty(),
-                "lease kept: {:?}",
-                d.net().leases()
-            );
-            let (ip_after, _) = pod_ips(&mut rt, &pod.id).await?;
-            ensure!(ip_after.is_empty(), "stopped pod still reports {ip_after}");
-            stop_pod(&mut rt, &pod.id).await?;
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            let net = d.net();
-            for (cmd, plugin) in [
-                ("ADD", "host-local"),
-                ("DEL", "host-local"),
-                ("ADD", "bridge"),
-                ("DEL", "bridge"),
-                ("DEL", "portmap"),
-                ("ADD", "loopback"),
-                ("DEL", "loopback"),
-            ] {
-                ensure!(
-                    net.count(cmd, &pod.id, plugin) == 1,
-                    "{plugin} {cmd} ran {} times: {:?}",
-                    net.count(cmd, &pod.id, plugin),
-                    net.calls()
-                );
-            }
             ensure!(
                 !d.root()
                     .join("network")
                     .join(format!("{}.json", pod.id))
                     .exists(),
-                "attach record kept"
+                "a CNI record for the embedded network"
+            );
+            stop_pod(&mut rt, &pod.id).await?;
+            ensure!(
+                d.net().journal().is_empty(),
+                "lease kept: {:?}",
+                d.net().journal()
+            );
+            ensure!(
+                d.net().veths().is_empty(),
+                "veth kept: {:?}",
+                d.net().veths()
+            );
+            let (ip_after, _) = pod_ips(&mut rt, &pod.id).await?;
+            ensure!(ip_after.is_empty(), "stopped pod still reports {ip_after}");
+            stop_pod(&mut rt, &pod.id).await?;
+            cri::remove_pod(&mut rt, &pod.id).await?;
+            ensure!(
+                journal_count(&d, "+", &pod.id) == 1 && journal_count(&d, "-", &pod.id) == 1,
+                "journal: {:?}",
+                d.net().journal_lines()
+            );
+            ensure!(
+                d.net().calls().is_empty(),
+                "plugins ran: {:?}",
+                d.net().calls()
             );
             Ok(())
         }),
@@ -345,12 +400,101 @@ fn released_on_stop() -> Result<()> {
     cri::assert_clean(&d)
 }
 
-/// kill -9 with a READY pod, a pod nobody stops (removed directly), and a pod whose ADD was
-/// running (allocated, not yet recorded as attached): after the restart each IP is released
-/// exactly once.
+/// kill -9 while two pods are READY and eight RunPodSandbox calls are in flight (some
+/// leased, some with a veth, some with nothing yet): after the restart exactly the READY
+/// sandboxes hold a lease and a veth, and removing everything releases each lease once.
 fn released_across_restart() -> Result<()> {
     let mut d = cri::daemon()?;
     let net = d.net().clone();
+    let (a, b) = cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let a = cri::run_pod(&mut rt, cri::pod_config(&d, "survivor")).await?;
+            let b = cri::run_pod(&mut rt, cri::pod_config(&d, "orphan")).await?;
+            Ok((a, b))
+        }),
+    )?;
+    let socket = d.socket();
+    let cfgs: Vec<pb::PodSandboxConfig> = (0..8)
+        .map(|i| cri::pod_config(&d, &format!("inflight{i}")))
+        .collect();
+    let pending = std::thread::spawn(move || {
+        block_on(async move {
+            let ch = bosun::cli::client::connect(&socket).await?;
+            let rt: Rt = pb::runtime_service_client::RuntimeServiceClient::new(ch);
+            let runs = cfgs.into_iter().map(|cfg| {
+                let mut rt = rt.clone();
+                async move { cri::run_pod(&mut rt, cfg).await }
+            });
+            let _ = futures::future::join_all(runs).await;
+            anyhow::Ok(())
+        })
+    });
+    // Kill once the first in-flight lease is journaled: the rest are mid-way.
+    let _ = wait_until(20, || net.journal_lines().len() > 2);
+    d.kill9();
+    let _ = pending.join();
+    d.restart()?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let ready: Vec<String> = cri::list_pods(&mut rt, None)
+                .await?
+                .into_iter()
+                .filter(|p| p.state == pb::PodSandboxState::SandboxReady as i32)
+                .map(|p| p.id)
+                .collect();
+            ensure!(
+                ready.contains(&a.id) && ready.contains(&b.id),
+                "READY after the restart: {ready:?}"
+            );
+            let leased: Vec<String> = net.journal().into_keys().collect();
+            let mut want = ready.clone();
+            want.sort();
+            ensure!(leased == want, "leases {leased:?} but READY {want:?}");
+            ensure!(
+                net.veths().len() == ready.len(),
+                "veths {:?} for READY {ready:?}",
+                net.veths()
+            );
+            let (ip_a, _) = pod_ips(&mut rt, &a.id).await?;
+            ensure!(net.contains(&ip_a), "after restart pod a reports {ip_a:?}");
+            stop_pod(&mut rt, &a.id).await?;
+            cri::remove_pod(&mut rt, &a.id).await?;
+            // b is removed without a stop first.
+            rt.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+                pod_sandbox_id: b.id.clone(),
+            })
+            .await?;
+            for list in cri::list_pods(&mut rt, None).await? {
+                cri::remove_pod(&mut rt, &list.id).await?;
+            }
+            ensure!(net.leases().is_empty(), "leases left: {:?}", net.leases());
+            let lines = net.journal_lines();
+            let ids: std::collections::BTreeSet<&str> =
+                lines.iter().filter_map(|l| l.split(' ').nth(1)).collect();
+            for id in ids {
+                ensure!(
+                    journal_count(&d, "+", id) == 1 && journal_count(&d, "-", id) == 1,
+                    "{id}: journal {lines:?}"
+                );
+            }
+            Ok(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
+
+/// A conf-dir CNI config (Debian's bridge + host-local behind the logging wrappers): kill -9
+/// with a READY pod, a pod nobody stops (removed directly), and a pod whose ADD was running
+/// (allocated, not yet recorded as attached): after the restart each IP is released exactly
+/// once, by one host-local DEL.
+fn cni_released_across_restart() -> Result<()> {
+    let mut d = cri::daemon()?;
+    let net = d.net().clone();
+    net.write_conflist()?;
     let flag = d.dir().join("slow-add");
     // bridge ADD finishes (the address is allocated), then the wrapper holds the answer back
     // while the flag exists: the daemon is killed in that window.
@@ -468,15 +612,11 @@ fn host_network() -> Result<()> {
                 "host network pod reports {ip} {more:?}"
             );
             cri::remove_pod(&mut rt, &pod.id).await?;
-            let calls: Vec<_> = d
-                .net()
-                .calls()
-                .into_iter()
-                .filter(|c| c.1 == pod.id)
-                .collect();
             ensure!(
-                calls.is_empty(),
-                "CNI calls for a host network pod: {calls:?}"
+                d.net().journal_lines().is_empty() && d.net().veths().is_empty(),
+                "a lease or veth for a host network pod: {:?} {:?}",
+                d.net().journal_lines(),
+                d.net().veths()
             );
             Ok(())
         }),
@@ -648,19 +788,15 @@ fn pod_cidr() -> Result<()> {
     cri::assert_clean(&d)
 }
 
-/// RunPodSandbox and StopPodSandbox latency on the embedded network (20 pods, one at a time,
-/// Debian's plugins called directly, not through the logging wrappers); prints p50/p90 and
-/// checks every pod got its own address.
+/// RunPodSandbox and StopPodSandbox latency on the embedded network (20 pods, one at a
+/// time); prints p50/p90 and checks every pod got its own address.
 fn latency() -> Result<()> {
-    let d = cri::daemon_with(&format!(
-        "[network]\nbin_dirs = [{:?}]\n",
-        crate::support::network::DEBIAN_PLUGINS
-    ))?;
+    let d = cri::daemon()?;
     cri::with_log(
         &d,
         block_on(async {
             let mut rt = cri::client(&d).await?;
-            // Warm-up: the first ADD creates the bridge.
+            // Warm-up: the first attach creates the bridge.
             let w = cri::run_pod(&mut rt, cri::pod_config(&d, "warm")).await?;
             let (mut run, mut stop, mut ips, mut ids) = (vec![], vec![], vec![], vec![]);
             for _ in 0..20 {
@@ -724,6 +860,131 @@ fn latency() -> Result<()> {
                 pct(&mut stop, 50),
                 pct(&mut stop, 90)
             );
+            Ok(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
+
+/// 200 pod lifecycles (RunPodSandbox with a hostPort, StopPodSandbox, RemovePodSandbox):
+/// afterwards no lease, veth, map element or iptables line is left and the table still has
+/// exactly its fixed rules (nothing per pod).
+fn lifecycles_leave_nothing() -> Result<()> {
+    let d = cri::daemon()?;
+    let net = d.net().clone();
+    let port = free_port()?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let warm = cri::run_pod(&mut rt, cri::pod_config(&d, "warm")).await?;
+            cri::remove_pod(&mut rt, &warm.id).await?;
+            let rules = net.nft_rules();
+            ensure!(rules > 0, "no table after the first pod");
+            let t = Instant::now();
+            for i in 0..200 {
+                let mut cfg = cri::pod_config(&d, "cycle");
+                cfg.port_mappings = vec![pb::PortMapping {
+                    protocol: pb::Protocol::Udp as i32,
+                    container_port: 53,
+                    host_port: i32::from(port),
+                    host_ip: if i % 2 == 0 {
+                        "127.0.0.1".into()
+                    } else {
+                        String::new()
+                    },
+                }];
+                let p = cri::run_pod(&mut rt, cfg).await?;
+                if i == 0 {
+                    ensure!(net.nft_elements().len() == 1, "{:?}", net.nft_elements());
+                    ensure!(net.nft_rules() == rules, "rules changed with a pod");
+                }
+                cri::remove_pod(&mut rt, &p.id).await?;
+            }
+            eprintln!("200 lifecycles in {:?}", t.elapsed());
+            ensure!(net.journal().is_empty(), "leases left: {:?}", net.journal());
+            ensure!(net.veths().is_empty(), "veths left: {:?}", net.veths());
+            ensure!(
+                net.nft_elements().is_empty(),
+                "elements left: {:?}",
+                net.nft_elements()
+            );
+            ensure!(
+                net.nft_rules() == rules,
+                "{} rules, {rules} before",
+                net.nft_rules()
+            );
+            let ipt: Vec<String> = iptables_save()
+                .into_iter()
+                .filter(|l| l.contains(&net.name) || l.contains(&net.subnet()))
+                .collect();
+            ensure!(ipt.is_empty(), "iptables lines: {ipt:?}");
+            Ok(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
+
+/// The table deleted behind the daemon's back is rebuilt, with the running pod's hostPort, at
+/// the next RunPodSandbox; its rules flushed are rebuilt at the next daemon start. iptables-nft
+/// keeps working beside it.
+fn table_rebuilt() -> Result<()> {
+    let mut d = cri::daemon()?;
+    let bb = cri::import(&d, "busybox")?;
+    let net = d.net().clone();
+    let port = free_port()?;
+    let via_gw = SocketAddr::new(net.gateway().into(), port);
+    let (a, want) = cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let mut cfg = cri::pod_config(&d, "keeper");
+            cfg.port_mappings = vec![pb::PortMapping {
+                protocol: pb::Protocol::Tcp as i32,
+                container_port: 8080,
+                host_port: i32::from(port),
+                host_ip: String::new(),
+            }];
+            let a = cri::run_pod(&mut rt, cfg).await?;
+            cri::create_start(&mut rt, &a, &cri::sh_config(&a, "web", &bb, HTTPD)).await?;
+            let want = format!("hello-{}", a.config.hostname);
+            wait_http(via_gw, &want)?;
+            let rules = net.nft_rules();
+            ensure!(net.delete_table(), "nft delete table failed");
+            ensure!(
+                http_get(via_gw).is_err(),
+                "hostPort answers without the table"
+            );
+            let b = cri::run_pod(&mut rt, cri::pod_config(&d, "trigger")).await?;
+            ensure!(
+                net.nft_rules() == rules,
+                "{} rules after the rebuild, {rules} before",
+                net.nft_rules()
+            );
+            ensure!(net.nft_elements().len() == 1, "{:?}", net.nft_elements());
+            wait_http(via_gw, &want)?;
+            cri::remove_pod(&mut rt, &b.id).await?;
+            ensure!(net.flush_table(), "nft flush table failed");
+            ensure!(net.nft_rules() == 0, "flush left rules");
+            Ok((a, want))
+        }),
+    )?;
+    let ipt = std::process::Command::new("iptables-save").output()?;
+    ensure!(
+        ipt.status.success() && !String::from_utf8_lossy(&ipt.stderr).contains(&net.name),
+        "iptables-save beside the table: {}",
+        String::from_utf8_lossy(&ipt.stderr)
+    );
+    d.kill9();
+    d.restart()?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            ensure!(net.nft_rules() > 0, "no rules after the restart");
+            wait_http(via_gw, &want)?;
+            cri::remove_pod(&mut rt, &a.id).await?;
+            ensure!(net.nft_elements().is_empty(), "{:?}", net.nft_elements());
             Ok(())
         }),
     )?;

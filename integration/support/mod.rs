@@ -75,10 +75,11 @@ fn unmet(need: Need) -> Option<String> {
                 .iter()
                 .all(|p| Path::new(network::DEBIAN_PLUGINS).join(p).is_file())
                 || !Path::new("/usr/sbin/iptables-save").exists()
+                || !Path::new("/usr/sbin/nft").exists()
                 || !Path::new("/usr/sbin/ip").exists() && !Path::new("/bin/ip").exists() =>
         {
             Some(format!(
-                "needs CNI plugins in {} and iproute2/iptables (apt-get install containernetworking-plugins iproute2 iptables)",
+                "needs CNI plugins in {} and iproute2/iptables/nft (apt-get install containernetworking-plugins iproute2 iptables nftables)",
                 network::DEBIAN_PLUGINS
             ))
         }

@@ -1,7 +1,9 @@
-//! A pod network per test daemon: its own bridge, /24 subnet, host-local dir and empty CNI conf
-//! dir (so bosun's embedded default network is used), no masquerade and no default route (pod
-//! traffic cannot leave the machine), Debian's plugins behind logging wrappers; on drop the
-//! bridge, portmap's iptables rules and chains and the forwarding sysctl are put back.
+//! A pod network per test daemon: its own bridge, /24 subnet, lease dir, nftables table (the
+//! network's name) and empty CNI conf dir (so bosun's embedded network is used), no masquerade
+//! and no default route (pod traffic cannot leave the machine); Debian's plugins behind logging
+//! wrappers for the tests that write a CNI config; the real state observed (links, leases, nft
+//! map elements); on drop the bridge, the table, portmap's iptables rules and chains and the
+//! forwarding sysctls are put back.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -12,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 
 /// Where Debian's containernetworking-plugins installs the plugins.
 pub const DEBIAN_PLUGINS: &str = "/usr/lib/cni";
-/// The plugins the embedded default network runs (host-local through bridge).
+/// The plugins the CNI config tests run (and the integration tests need installed).
 pub const PLUGINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
 /// portmap's shared nat chains (created on the first mapping, never removed by portmap).
 const SHARED_CHAINS: [&str; 3] = [
@@ -20,12 +22,12 @@ const SHARED_CHAINS: [&str; 3] = [
     "CNI-HOSTPORT-SETMARK",
     "CNI-HOSTPORT-MASQ",
 ];
-
 /// Subnets handed out in this process; the forwarding sysctl before the first network; how
 /// many networks are alive.
 struct Registry {
     subnets: HashSet<(u8, u8)>,
     forward_before: Option<String>,
+    forward6_before: Option<String>,
     alive: usize,
 }
 
@@ -35,6 +37,7 @@ fn registry() -> &'static Mutex<Registry> {
         Mutex::new(Registry {
             subnets: HashSet::new(),
             forward_before: None,
+            forward6_before: None,
             alive: 0,
         })
     })
@@ -47,6 +50,7 @@ fn reg() -> std::sync::MutexGuard<'static, Registry> {
 }
 
 const FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+const FORWARD6: &str = "/proc/sys/net/ipv6/conf/all/forwarding";
 
 /// One test daemon's pod network.
 #[derive(Debug, Clone)]
@@ -97,6 +101,7 @@ impl TestNet {
         let mut r = reg();
         if r.alive == 0 && r.forward_before.is_none() {
             r.forward_before = std::fs::read_to_string(FORWARD).ok();
+            r.forward6_before = std::fs::read_to_string(FORWARD6).ok();
         }
         r.alive += 1;
         Ok(net)
@@ -160,13 +165,149 @@ impl TestNet {
         })
     }
 
-    /// The host-local lease files (one per allocated address, named by it).
+    /// Every address leased now: the embedded network's journal (`<data_dir>/<name>/leases`)
+    /// and host-local's lease files (one per address, named by it) of a CNI config test.
     pub fn leases(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .journal()
+            .into_values()
+            .flatten()
+            .chain(self.host_local_leases())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// host-local's lease files.
+    pub fn host_local_leases(&self) -> Vec<String> {
         let dir = self.data_dir.join(&self.name);
         super::cri::entries(&dir)
             .into_iter()
             .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
             .collect()
+    }
+
+    /// The embedded network's lease journal lines.
+    pub fn journal_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.data_dir.join(&self.name).join("leases"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The live leases of the journal: sandbox id → addresses.
+    pub fn journal(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        let mut live = std::collections::BTreeMap::new();
+        for l in self.journal_lines() {
+            let mut w = l.split(' ');
+            match (w.next(), w.next()) {
+                (Some("+"), Some(id)) => {
+                    live.insert(id.to_string(), w.map(str::to_string).collect());
+                }
+                (Some("-"), Some(id)) => {
+                    live.remove(id);
+                }
+                _ => {}
+            }
+        }
+        live
+    }
+
+    /// The host-side veths on the bridge.
+    pub fn veths(&self) -> Vec<String> {
+        Command::new("ip")
+            .args(["-o", "link", "show", "master", &self.bridge])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter_map(|l| l.split(": ").nth(1))
+                    .map(|n| n.split('@').next().unwrap_or(n).to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `nft -j list table inet <name>`, parsed; `None` when the table does not exist.
+    pub fn nft_table(&self) -> Option<serde_json::Value> {
+        let o = Command::new("nft")
+            .args(["-j", "list", "table", "inet", &self.name])
+            .output()
+            .ok()?;
+        if !o.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&o.stdout).ok()
+    }
+
+    /// The hostPort map elements of the table, one `map: element JSON` each.
+    pub fn nft_elements(&self) -> Vec<String> {
+        let Some(t) = self.nft_table() else {
+            return Vec::new();
+        };
+        let items = t["nftables"].as_array().cloned().unwrap_or_default();
+        items
+            .iter()
+            .filter_map(|i| i.get("map"))
+            .flat_map(|m| {
+                let name = m["name"].as_str().unwrap_or_default().to_string();
+                m["elem"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |e| format!("{name}: {e}"))
+            })
+            .collect()
+    }
+
+    /// How many rules the table has (0 when it does not exist).
+    pub fn nft_rules(&self) -> usize {
+        self.nft_table()
+            .and_then(|t| t["nftables"].as_array().cloned())
+            .map_or(0, |items| {
+                items.iter().filter(|i| i.get("rule").is_some()).count()
+            })
+    }
+
+    /// Deletes the table behind the daemon's back (a flush, a reboot of the firewall).
+    pub fn delete_table(&self) -> bool {
+        Command::new("nft")
+            .args(["delete", "table", "inet", &self.name])
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Flushes the table's rules behind the daemon's back (chains and maps stay).
+    pub fn flush_table(&self) -> bool {
+        Command::new("nft")
+            .args(["flush", "table", "inet", &self.name])
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// A CNI config in the conf dir: Debian's bridge plugin (through the logging wrappers)
+    /// with host-local leases in the same lease dir, no gateway route, no NAT.
+    pub fn write_conflist(&self) -> std::io::Result<()> {
+        std::fs::write(
+            self.conf_dir.join("10-plugins.conflist"),
+            serde_json::json!({
+                "cniVersion": "1.0.0",
+                "name": self.name,
+                "plugins": [{
+                    "type": "bridge",
+                    "bridge": self.bridge,
+                    "isGateway": true,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": self.subnet()}]],
+                        "dataDir": self.data_dir,
+                    }
+                }]
+            })
+            .to_string(),
+        )
     }
 
     /// The daemon config section.
@@ -204,11 +345,18 @@ impl TestNet {
         format!("{}{missing}{}", &config[..head], &config[head..])
     }
 
-    /// What of this network is on the machine: the bridge, iptables lines naming it.
+    /// What of this network is on the machine: the bridge, veths on it, hostPort map
+    /// elements, iptables lines naming it.
     pub fn leftovers(&self) -> Vec<String> {
         let mut out = Vec::new();
         if Path::new("/sys/class/net").join(&self.bridge).exists() {
             out.push(format!("bridge {}", self.bridge));
+        }
+        for v in self.veths() {
+            out.push(format!("veth {v}"));
+        }
+        for e in self.nft_elements() {
+            out.push(format!("nft element {e}"));
         }
         for l in iptables_save() {
             if l.contains(&self.name) || l.contains(&self.subnet()) {
@@ -218,13 +366,17 @@ impl TestNet {
         out
     }
 
-    /// Removes the bridge, portmap's rules and per-pod chains for this network, and portmap's
-    /// shared chains when no rule is left in them; restores ip_forward when the last test
-    /// network of this process goes. Errors are ignored.
+    /// Removes the veths left on the bridge, the bridge, the network's nftables table and any
+    /// iptables rule or per-pod chain naming the network; restores the forwarding sysctls when
+    /// the last test network of this process goes. Errors are ignored.
     pub fn cleanup(&self) {
+        for v in self.veths() {
+            let _ = Command::new("ip").args(["link", "del", &v]).output();
+        }
         let _ = Command::new("ip")
             .args(["link", "del", &self.bridge])
             .output();
+        self.delete_table();
         let lines = iptables_save();
         let mut chains = Vec::new();
         for l in &lines {
@@ -256,6 +408,9 @@ impl TestNet {
         if r.alive == 0 {
             if let Some(before) = r.forward_before.take() {
                 let _ = std::fs::write(FORWARD, before);
+            }
+            if let Some(before) = r.forward6_before.take() {
+                let _ = std::fs::write(FORWARD6, before);
             }
         }
     }

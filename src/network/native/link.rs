@@ -10,6 +10,7 @@ use super::netlink::{Msg, Socket, F_CREATE, F_EXCL, F_REPLACE};
 const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
+const RTM_SETLINK: u16 = 19;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
 
@@ -169,9 +170,11 @@ pub fn create_veth(
     sock.request(m).map(drop)
 }
 
-/// Turns hairpin mode on for bridge port `index` (a pod reaching its own hostPort).
+/// Turns hairpin mode on for bridge port `index` (a pod reaching its own hostPort: with
+/// br_netfilter the DNATed frame goes back out the port it came in). `RTM_SETLINK` with
+/// `AF_BRIDGE` reaches the bridge's port settings (`RTM_NEWLINK` ignores them).
 pub fn set_hairpin(sock: &mut Socket, index: u32) -> io::Result<()> {
-    let mut m = Msg::new(RTM_NEWLINK, 0);
+    let mut m = Msg::new(RTM_SETLINK, 0);
     m.raw(&ifinfo(AF_BRIDGE, index, false))
         .begin(IFLA_PROTINFO)
         .attr(IFLA_BRPORT_MODE, &[1])
