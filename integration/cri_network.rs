@@ -459,18 +459,7 @@ fn released_across_restart() -> Result<()> {
                 "veths {:?} for READY {ready:?}",
                 net.veths()
             );
-            let (ip_a, _) = pod_ips(&mut rt, &a.id).await?;
-            ensure!(net.contains(&ip_a), "after restart pod a reports {ip_a:?}");
-            stop_pod(&mut rt, &a.id).await?;
-            cri::remove_pod(&mut rt, &a.id).await?;
-            // b is removed without a stop first.
-            rt.remove_pod_sandbox(pb::RemovePodSandboxRequest {
-                pod_sandbox_id: b.id.clone(),
-            })
-            .await?;
-            for list in cri::list_pods(&mut rt, None).await? {
-                cri::remove_pod(&mut rt, &list.id).await?;
-            }
+            remove_after_restart(&mut rt, d.net(), &a.id, &b.id).await?;
             ensure!(net.leases().is_empty(), "leases left: {:?}", net.leases());
             let lines = net.journal_lines();
             let ids: std::collections::BTreeSet<&str> =
@@ -485,6 +474,28 @@ fn released_across_restart() -> Result<()> {
         }),
     )?;
     cri::assert_clean(&d)
+}
+
+/// After a restart: pod `a` (still READY, its address in the network) is stopped and
+/// removed, `b` removed without a stop first, then every other pod.
+async fn remove_after_restart(
+    rt: &mut Rt,
+    net: &crate::support::network::TestNet,
+    a: &str,
+    b: &str,
+) -> Result<()> {
+    let (ip_a, _) = pod_ips(rt, a).await?;
+    ensure!(net.contains(&ip_a), "after restart pod a reports {ip_a:?}");
+    stop_pod(rt, a).await?;
+    cri::remove_pod(rt, a).await?;
+    rt.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+        pod_sandbox_id: b.to_string(),
+    })
+    .await?;
+    for list in cri::list_pods(rt, None).await? {
+        cri::remove_pod(rt, &list.id).await?;
+    }
+    Ok(())
 }
 
 /// A conf-dir CNI config (Debian's bridge + host-local behind the logging wrappers): kill -9
@@ -563,18 +574,7 @@ fn cni_released_across_restart() -> Result<()> {
                 "{:?}",
                 net.calls()
             );
-            let (ip_a, _) = pod_ips(&mut rt, &a.id).await?;
-            ensure!(net.contains(&ip_a), "after restart pod a reports {ip_a:?}");
-            stop_pod(&mut rt, &a.id).await?;
-            cri::remove_pod(&mut rt, &a.id).await?;
-            // b is removed without a stop first.
-            rt.remove_pod_sandbox(pb::RemovePodSandboxRequest {
-                pod_sandbox_id: b.id.clone(),
-            })
-            .await?;
-            for list in cri::list_pods(&mut rt, None).await? {
-                cri::remove_pod(&mut rt, &list.id).await?;
-            }
+            remove_after_restart(&mut rt, d.net(), &a.id, &b.id).await?;
             for id in [&a.id, &b.id, &mid] {
                 ensure!(
                     net.count("DEL", id, "host-local") == 1,

@@ -247,28 +247,18 @@ impl Socket {
     /// Sends `msg` asking for an acknowledgement; the replies before it (a get's answer).
     pub fn request(&mut self, mut msg: Msg) -> io::Result<Vec<Reply>> {
         msg.add_flags(F_ACK);
-        let seq = self.next_seq();
-        self.send(&msg.finish(seq))?;
-        let mut replies = Vec::new();
-        loop {
-            for (kind, s, payload) in self.recv()? {
-                if s != seq {
-                    continue;
-                }
-                if kind == NLMSG_ERROR {
-                    return match errno(&payload) {
-                        0 => Ok(replies),
-                        e => Err(io::Error::from_raw_os_error(e)),
-                    };
-                }
-                replies.push(Reply { kind, payload });
-            }
-        }
+        self.exchange(msg)
     }
 
     /// Sends a dump request; every message until `NLMSG_DONE`.
     pub fn dump(&mut self, mut msg: Msg) -> io::Result<Vec<Reply>> {
         msg.add_flags(F_DUMP);
+        self.exchange(msg)
+    }
+
+    /// Sends `msg`; the replies with its sequence number until an `NLMSG_DONE` or an
+    /// acknowledgement (an `NLMSG_ERROR` with errno 0; any other errno is the error).
+    fn exchange(&mut self, msg: Msg) -> io::Result<Vec<Reply>> {
         let seq = self.next_seq();
         self.send(&msg.finish(seq))?;
         let mut replies = Vec::new();

@@ -10,6 +10,14 @@ use crate::error::{Error, Result, ResultExt};
 use crate::network::cidr::{self, Cidr};
 use crate::network::PodNetwork;
 
+/// Whether `s` is 1-`max` letters, digits, `-`, `_`, `.` (a table or interface name).
+fn word(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
 /// The embedded network as configured now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -34,25 +42,13 @@ pub struct Plan {
 impl Plan {
     /// The plan from `cfg`; `pod_cidr` (UpdateRuntimeConfig), when set, replaces the subnet.
     pub fn new(cfg: &NetworkConfig, pod_cidr: Option<&str>, active: bool) -> Result<Plan> {
-        let name_ok = !cfg.name.is_empty()
-            && cfg.name.len() <= 64
-            && cfg
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !name_ok {
+        if !word(&cfg.name, 64) {
             return Err(Error::invalid(format!(
                 "config network.name {:?}: 1-64 letters, digits, '-', '_', '.'",
                 crate::error::echo(&cfg.name)
             )));
         }
-        let bridge_ok = !cfg.bridge.is_empty()
-            && cfg.bridge.len() <= 15
-            && cfg
-                .bridge
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !bridge_ok {
+        if !word(&cfg.bridge, 15) {
             return Err(Error::invalid(format!(
                 "config network.bridge {:?}: an interface name of 1-15 letters, digits, '-', '_', '.'",
                 crate::error::echo(&cfg.bridge)
