@@ -61,6 +61,24 @@ impl Cri {
         }
     }
 
+    /// Another handle on the same connection, for concurrent callers; the pods it makes are
+    /// not remembered (hand them to [`Cri::adopt`]).
+    pub fn fork(&self) -> Cri {
+        Cri {
+            client: self.client.clone(),
+            cgroup_root: self.cgroup_root.clone(),
+            log_root: self.log_root.clone(),
+            tag: self.tag.clone(),
+            pods: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    /// Remembers pod `id` for clean-up.
+    pub fn adopt(&mut self, id: String) {
+        self.pods.push(id);
+    }
+
     /// A kubelet-shaped pod config: namespace options as the kubelet's defaults (network and IPC
     /// per pod, or the host's with `host_net`; PID per container), cgroup parent
     /// `/<MARK>-<pid>-<kind>/<pod>`, a log directory that exists.

@@ -19,7 +19,11 @@ const CONTAINERD_TOML: &str = include_str!("../../hack/bench/containerd.toml");
 /// Where Debian's containernetworking-plugins package puts the CNI plugins.
 pub const CNI_PLUGINS: &str = "/usr/lib/cni";
 /// The CNI plugins containerd's pods use: its own loopback setup, plus a bridge network.
-const CNI_BINS: [&str; 3] = ["loopback", "bridge", "host-local"];
+const CNI_BINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
+/// bosun's embedded network in the bench: its name (and nftables table) and bridge.
+pub const BOSUN_NETWORK: &str = "bosun-bench-pods";
+/// The bridge of bosun's embedded network in the bench.
+pub const BOSUN_BRIDGE: &str = "bosunbench1";
 /// The host bridge the containerd pods' veths join (no address, no NAT, no forwarding).
 pub const CNI_BRIDGE: &str = "bosunbench0";
 /// The CNI network name, also the prefix of libcni's cache entries in /var/lib/cni/results.
@@ -193,7 +197,7 @@ impl Daemon {
         let dir = Scratch::new(kind.name())?;
         let log = std::fs::File::create(dir.path().join("daemon.log"))?;
         let mut cmd = match kind {
-            Kind::Bosun => bosun_command(dir.path(), cni)?,
+            Kind::Bosun => bosun_command(dir.path())?,
             Kind::Containerd => containerd_command(dir.path(), cni)?,
         };
         let sweep = Sweep {
@@ -354,19 +358,20 @@ fn socket_of(kind: Kind, dir: &Path) -> PathBuf {
     }
 }
 
-fn bosun_command(dir: &Path, cni: bool) -> anyhow::Result<Command> {
-    // A config of our own keeps a host /etc/bosun/config.toml out of the measurement. Pods get
-    // the very network containerd's get (the same conflist, IPAM state in this dir); without
-    // `cni` the conf dir stays empty and every pod is on the host network, so bosun's embedded
-    // default network (with masquerade) is never used.
-    let (conf_dir, bin_dir) = write_cni(dir, cni)?;
+fn bosun_command(dir: &Path) -> anyhow::Result<Command> {
+    // A config of our own keeps a host /etc/bosun/config.toml out of the measurement. The conf
+    // dir stays empty: with `cni` pods get bosun's embedded network (its own bridge, subnet,
+    // lease journal in this dir and table, no masquerade, no default route: what the issue
+    // measures); without it every pod is on the host network.
+    let (conf_dir, bin_dir) = write_cni(dir, false)?;
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
         format!(
-            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\n\n[pod]\nlog_dir = {:?}\nconfigmap_dir = {:?}\nsecret_dir = {:?}\n",
+            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\nname = {BOSUN_NETWORK:?}\nbridge = {BOSUN_BRIDGE:?}\nsubnet = \"10.252.0.0/16\"\ndata_dir = {:?}\nmasquerade = false\ndefault_route = false\n\n[pod]\nlog_dir = {:?}\nconfigmap_dir = {:?}\nsecret_dir = {:?}\n",
             conf_dir.display().to_string(),
             bin_dir.display().to_string(),
+            dir.join("ipam").display().to_string(),
             dir.join("pod-logs").display().to_string(),
             dir.join("configmaps").display().to_string(),
             dir.join("secrets").display().to_string(),
@@ -425,6 +430,9 @@ fn write_cni(dir: &Path, cni: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
                     "ranges": [[{"subnet": "10.251.0.0/16"}]],
                     "dataDir": dir.join("cni/ipam"),
                 },
+            }, {
+                "type": "portmap",
+                "capabilities": {"portMappings": true},
             }],
         });
         std::fs::write(

@@ -94,6 +94,15 @@ impl Before {
                 out.push(format!("CNI bridge {CNI_BRIDGE} (ip link del failed)"));
             }
         }
+        // bosun keeps its embedded network's bridge and table across restarts by design.
+        let _ = Command::new("ip")
+            .args(["link", "del", crate::daemons::BOSUN_BRIDGE])
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", crate::daemons::BOSUN_NETWORK])
+            .stderr(Stdio::null())
+            .status();
         let veths = std::fs::read_dir("/sys/class/net")
             .map(|rd| {
                 rd.flatten()

@@ -1,6 +1,7 @@
 //! bosun vs containerd on this machine: pod and container lifecycle latency, stop exactness, memory per pod, ListContainers at scale.
 
 mod bare;
+mod burst;
 mod cri;
 mod daemons;
 mod leftovers;
@@ -27,7 +28,7 @@ use report::{Report, Unit, MIB};
 const USAGE: &str = "\
 usage: cargo bench --bench pods -- [--only bosun|containerd] [--pods N] [--quick]
            [--mem-pods A,B] [--list-containers N] [--list-calls N] [--host-network]
-           [--supervised N]
+           [--supervised N] [--burst N] [--lifecycles N]
 
   --only KIND           run one runtime only
   --pods N              pods per latency series (default 20; --quick: 5)
@@ -37,6 +38,9 @@ usage: cargo bench --bench pods -- [--only bosun|containerd] [--pods N] [--quick
   --list-calls N        timed ListContainers calls (default 200)
   --supervised N        bosun only: pods run by the standalone supervisor, each probed
                         every second (default 200; --quick: 50; 0: skip)
+  --burst N             pods started at once from N clients, then removed (default 50)
+  --lifecycles N        pod lifecycles before the daemon's RSS is read again (default 1000;
+                        --quick: 100; 0: skip)
   --host-network        every pod on the host's network (default: own netns; containerd
                         then needs a CNI network, see the notes)";
 
@@ -51,6 +55,8 @@ pub struct Opts {
     pub host_network: bool,
     pub quick: bool,
     pub supervised: usize,
+    pub burst: usize,
+    pub lifecycles: usize,
 }
 
 impl Opts {
@@ -67,6 +73,8 @@ impl Opts {
             host_network: false,
             quick,
             supervised: if quick { 50 } else { 200 },
+            burst: 50,
+            lifecycles: if quick { 100 } else { 1000 },
         };
         let mut containers = if quick { 100 } else { 1000 };
         let mut it = args.into_iter();
@@ -84,6 +92,8 @@ impl Opts {
                 }
                 "--pods" => o.pods = value()?.parse().context("--pods")?,
                 "--supervised" => o.supervised = value()?.parse().context("--supervised")?,
+                "--burst" => o.burst = value()?.parse().context("--burst")?,
+                "--lifecycles" => o.lifecycles = value()?.parse().context("--lifecycles")?,
                 "--mem-pods" => {
                     o.mem_pods = value()?
                         .split(',')
@@ -263,6 +273,18 @@ async fn run_kind(
             opts.list_per_pod
         );
         phases::list(&d, &mut cri, opts, host_net, report).await?;
+        if opts.burst > 0 {
+            eprintln!("pods bench: {}: {} pods at once", kind.name(), opts.burst);
+            burst::burst(&d, &mut cri, opts.burst, host_net, report).await?;
+        }
+        if opts.lifecycles > 0 {
+            eprintln!(
+                "pods bench: {}: RSS over {} pod lifecycles",
+                kind.name(),
+                opts.lifecycles
+            );
+            burst::lifecycles(&d, &mut cri, opts.lifecycles, host_net, report).await?;
+        }
         eprintln!(
             "pods bench: {}: exec, throughput and stats over 100 containers",
             kind.name()
@@ -291,12 +313,13 @@ fn header(opts: &Opts, cni: bool) -> String {
         "Every pod uses the host's network on both sides (--host-network).".to_string()
     } else if cni {
         format!(
-            "Pods have their own network namespace, and both runtimes attach them with the same CNI \
-             conflist: a bridge network from Debian's containernetworking-plugins ({CNI_PLUGINS}: \
-             bridge + host-local, no gateway, no NAT; leases in each daemon's temp dir), a veth \
-             and an address per pod (checked in PodSandboxStatus after each timed call). \
-             containerd also runs a pause container per pod. The `host network` rows compare \
-             both without netns and CNI."
+            "Pods have their own network namespace and a veth and an address each (checked in \
+             PodSandboxStatus after each timed call). bosun uses its embedded network (no CNI \
+             config: bridge, veth, addresses over netlink, its lease journal, its nftables \
+             table; no masquerade, no default route); containerd a CNI conflist of Debian's \
+             containernetworking-plugins ({CNI_PLUGINS}: bridge + host-local + portmap, no \
+             gateway, no NAT; leases in its temp dir). containerd also runs a pause container \
+             per pod. The `host network` rows compare both without netns and network set-up."
         )
     } else {
         format!(

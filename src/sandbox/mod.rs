@@ -131,9 +131,14 @@ impl PodNamespaces {
 
     /// The namespaces pinned under `dir`, found from the files alone (after a restart).
     pub fn open(dir: &Path) -> Result<PodNamespaces> {
+        // mountinfo is read once (it grows with every pod and container on the node).
+        let mounts = mount_points();
         let pinned = |name: &str| {
             let p = dir.join(name);
-            is_nsfs_mount(&p).then_some(p)
+            mounts
+                .iter()
+                .any(|(mp, fs)| *mp == p && fs == "nsfs")
+                .then_some(p)
         };
         let pid_holder = std::fs::read_to_string(dir.join(pinns::PID_HOLDER_FILE))
             .ok()
@@ -243,12 +248,11 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Detaches every mount stacked on `path`; nothing mounted (or no such path) is fine.
+/// Detaches every mount stacked on `path`; nothing mounted (or no such path) is fine. Syscalls
+/// only: `umount2` says EINVAL once `path` is no mount point (reading mountinfo each time made
+/// a pod's teardown cost grow with the node's mounts).
 pub(crate) fn unmount_all(path: &Path) -> Result<()> {
     for _ in 0..16 {
-        if !mount_points().iter().any(|(mp, _)| mp == path) {
-            return Ok(());
-        }
         match rustix::mount::unmount(path, UnmountFlags::DETACH) {
             Ok(()) => continue,
             Err(Errno::INVAL) | Err(Errno::NOENT) => return Ok(()),
