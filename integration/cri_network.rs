@@ -753,9 +753,10 @@ fn slow_plugin() -> Result<()> {
 }
 
 /// UpdateRuntimeConfig's pod CIDR (dual stack) becomes the embedded network's subnets: the pod
-/// gets an IPv4 address in it and an IPv6 one as additional IP.
+/// gets an IPv4 address in it and an IPv6 one as additional IP, and the host reaches it on both.
 fn pod_cidr() -> Result<()> {
     let d = cri::daemon()?;
+    let bb = cri::import(&d, "busybox")?;
     let base = d.net().subnet();
     let v4 = base.replace(".0/24", ".128/25");
     let o = d.net().gateway().octets();
@@ -781,6 +782,11 @@ fn pod_cidr() -> Result<()> {
             ensure!(more.len() == 1, "additional IPs {more:?}");
             let v6ip: std::net::Ipv6Addr = more[0].parse()?;
             ensure!(v6ip.segments()[..4] == [s0, s1, 0, 0], "{v6ip} not in {v6}");
+            // Both families answer from the host at once (no DAD wait on the pod's address).
+            cri::create_start(&mut rt, &pod, &cri::sh_config(&pod, "web", &bb, HTTPD)).await?;
+            let want = format!("hello-{}", pod.config.hostname);
+            wait_http(SocketAddr::new(ip.parse()?, 8080), &want)?;
+            wait_http(SocketAddr::new(v6ip.into(), 8080), &want)?;
             cri::remove_pod(&mut rt, &pod.id).await?;
             Ok(())
         }),
