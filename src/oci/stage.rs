@@ -201,6 +201,10 @@ fn stage_one(
 /// Detaches every mount staged under `dir` (deepest first) and removes `dir`. Idempotent;
 /// fails (keeping `dir`, so nothing ever deletes through a mount) when one stays mounted.
 pub fn unstage(dir: &Path) -> Result<()> {
+    // Most containers stage nothing: no directory, no mountinfo scan (it grows with the node).
+    if std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(());
+    }
     let mut points = crate::oci::mounts::mount_points_under(dir);
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for p in &points {

@@ -32,6 +32,7 @@ impl Runtime {
                 "container config: metadata.name is required",
             ));
         }
+        let t0 = std::time::Instant::now();
         let sandbox = self.sandbox(sandbox_id)?;
         let cpus = crate::oci::resources::HostCpus::detect();
         super::validate::container(&new, sandbox.meta(), &cpus)?;
@@ -86,6 +87,7 @@ impl Runtime {
         let handle = self.handle(&id);
         let _life = handle.lifecycle.lock().await;
         crate::failpoint!("container.create.recorded");
+        let recorded = t0.elapsed();
         match self.build_container(&sandbox, &image, entry.meta()).await {
             Ok(launched) => {
                 let (launched, user) = launched;
@@ -103,7 +105,14 @@ impl Runtime {
                     return Err(e);
                 }
                 crate::failpoint!("container.create.done");
-                tracing::info!(container = %id, name = %name, sandbox = %sandbox.id(), "container created");
+                tracing::info!(
+                    container = %id,
+                    name = %name,
+                    sandbox = %sandbox.id(),
+                    checks_records_us = recorded.as_micros() as u64,
+                    total_us = t0.elapsed().as_micros() as u64,
+                    "container created"
+                );
                 self.emit(EventKind::Created, &id, sandbox.id());
                 Ok(id)
             }
@@ -420,7 +429,9 @@ impl Runtime {
     /// Removes everything of container `id` that exists (idempotent, best effort for the OS
     /// pieces, errors logged); the record goes last.
     pub(super) async fn discard_container(&self, id: &str) {
+        let t0 = std::time::Instant::now();
         self.delete_runc_state(id).await;
+        let runc = t0.elapsed();
         let dir = self.layout.container_dir(id);
         let rootfs = paths::rootfs(&dir);
         let rw = self.layout.rw_dir(id);
@@ -445,12 +456,20 @@ impl Runtime {
             Err(e) => tracing::warn!(container = %id, "cleanup task: {e}"),
         }
         crate::failpoint!("container.discard.files");
+        let files = t0.elapsed() - runc;
         if let Err(e) = self.images.leases().release(id) {
             tracing::warn!(container = %id, "release image lease: {e}");
         }
         if let Err(e) = self.state.containers.remove(id) {
             tracing::warn!(container = %id, "remove record: {e}");
         }
+        tracing::debug!(
+            container = %id,
+            runc_us = runc.as_micros() as u64,
+            files_us = files.as_micros() as u64,
+            records_us = (t0.elapsed() - runc - files).as_micros() as u64,
+            "container discarded"
+        );
     }
 
     /// UpdateContainerResources: applies the limits with `runc update` (running or created
