@@ -46,6 +46,9 @@ pub struct Cri {
     tag: String,
     pods: Vec<String>,
     seq: usize,
+    /// A [`Cri::fork`]: it runs on a worker task, where blocking in drop would stall the
+    /// runtime's only worker (and with it every connection), so it cleans up nothing.
+    forked: bool,
 }
 
 impl Cri {
@@ -58,6 +61,7 @@ impl Cri {
             tag,
             pods: Vec::new(),
             seq: 0,
+            forked: false,
         }
     }
 
@@ -71,6 +75,7 @@ impl Cri {
             tag: self.tag.clone(),
             pods: Vec::new(),
             seq: 0,
+            forked: true,
         }
     }
 
@@ -142,7 +147,9 @@ impl Cri {
         let r = self.client.run_pod_sandbox(req).await;
         let took = t.elapsed();
         let id = r.context("RunPodSandbox")?.into_inner().pod_sandbox_id;
-        self.pods.push(id.clone());
+        if !self.forked {
+            self.pods.push(id.clone());
+        }
         Ok((Pod { id, config }, took))
     }
 
@@ -300,6 +307,19 @@ impl Cri {
         }
     }
 
+    /// RemoveContainer of `id`; returns the call's duration.
+    pub async fn remove_container(&mut self, id: &str) -> anyhow::Result<Duration> {
+        let req = pb::RemoveContainerRequest {
+            container_id: id.to_string(),
+        };
+        let t = Instant::now();
+        self.client
+            .remove_container(req)
+            .await
+            .with_context(|| format!("RemoveContainer {id}"))?;
+        Ok(t.elapsed())
+    }
+
     pub async fn stop_pod(&mut self, id: &str) -> anyhow::Result<Duration> {
         let req = pb::StopPodSandboxRequest {
             pod_sandbox_id: id.to_string(),
@@ -394,7 +414,10 @@ impl Cri {
 impl Drop for Cri {
     fn drop(&mut self) {
         // The channel's connection runs on the runtime's worker thread, so blocking this one is
-        // fine; this only finds work when a phase failed.
+        // fine; this only finds work when a phase failed. A fork's pods belong to its parent.
+        if self.forked {
+            return;
+        }
         futures::executor::block_on(self.clean_up());
     }
 }

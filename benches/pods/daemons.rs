@@ -20,6 +20,8 @@ const CONTAINERD_TOML: &str = include_str!("../../hack/bench/containerd.toml");
 pub const CNI_PLUGINS: &str = "/usr/lib/cni";
 /// The CNI plugins containerd's pods use: its own loopback setup, plus a bridge network.
 const CNI_BINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
+/// Environment variable: bosun's log level in the bench (its log is then kept).
+pub const LOG_LEVEL_ENV: &str = "BOSUN_BENCH_LOG_LEVEL";
 /// bosun's embedded network in the bench: its name (and nftables table) and bridge.
 pub const BOSUN_NETWORK: &str = "bosun-bench-pods";
 /// The bridge of bosun's embedded network in the bench.
@@ -266,6 +268,16 @@ impl Daemon {
         self.proc.pid()
     }
 
+    /// With [`LOG_LEVEL_ENV`] set: copies the daemon's log to `to` (for its per-step timings).
+    pub fn keep_log(&self, to: &Path) -> anyhow::Result<bool> {
+        if std::env::var_os(LOG_LEVEL_ENV).is_none() {
+            return Ok(false);
+        }
+        std::fs::copy(self.dir.path().join("daemon.log"), to)
+            .with_context(|| format!("copy the daemon log to {}", to.display()))?;
+        Ok(true)
+    }
+
     pub fn log_tail(&self) -> String {
         tail(&self.dir.path().join("daemon.log"))
     }
@@ -387,6 +399,11 @@ fn bosun_command(dir: &Path) -> anyhow::Result<Command> {
         .arg(dir.join("root"))
         .arg("--state")
         .arg(dir.join("state"));
+    // BOSUN_BENCH_LOG_LEVEL=debug: the daemon's per-step timings end up in its log, which the
+    // bench keeps (see `Daemon::keep_log`).
+    if let Some(level) = std::env::var_os(LOG_LEVEL_ENV) {
+        cmd.arg("--log-level").arg(level);
+    }
     Ok(cmd)
 }
 

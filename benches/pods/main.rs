@@ -42,7 +42,9 @@ usage: cargo bench --bench pods -- [--only bosun|containerd] [--pods N] [--quick
   --lifecycles N        pod lifecycles before the daemon's RSS is read again (default 1000;
                         --quick: 100; 0: skip)
   --host-network        every pod on the host's network (default: own netns; containerd
-                        then needs a CNI network, see the notes)";
+                        then needs a CNI network, see the notes)
+
+  BOSUN_BENCH_LOG_LEVEL=debug keeps bosun's log (per-step timings) in target/bench-pods-bosun.log";
 
 /// What to run; see [`USAGE`].
 pub struct Opts {
@@ -300,6 +302,10 @@ async fn run_kind(
         Ok(())
     };
     let r = phases.await;
+    let log = target_dir().join(format!("bench-pods-{}.log", kind.name()));
+    if d.keep_log(&log)? {
+        eprintln!("pods bench: {} log kept in {}", kind.name(), log.display());
+    }
     if r.is_err() {
         eprintln!("pods bench: {} log tail:\n{}", kind.name(), d.log_tail());
     }

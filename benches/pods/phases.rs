@@ -183,6 +183,14 @@ pub async fn latency(
         d.kind.name()
     ));
 
+    // RemoveContainer of the exited containers (as critest's benchmark does after a stop).
+    settle().await;
+    let mut rm = Vec::with_capacity(n);
+    for id in &ids {
+        rm.push(ms(cri.remove_container(id).await?));
+    }
+    p50_p95(report, d, "RemoveContainer (exited)", &rm);
+
     settle().await;
     let (mut stopp, mut rmp) = (Vec::new(), Vec::new());
     for pod in &pods {
@@ -347,6 +355,12 @@ pub async fn list(
         Unit::MiB,
         k,
         (before - after) / MIB,
+    );
+    report.record(
+        "machine memory per created container (MemAvailable drop ÷ containers)",
+        Unit::MiB,
+        k,
+        (before - after) / MIB / made.max(1) as f64,
     );
     report.record(
         &format!("daemon RSS with {want} containers"),
