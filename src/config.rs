@@ -175,8 +175,9 @@ pub struct NodeConfig {
     pub housekeeping_interval: String,
     /// Most pods this node runs at once (the kubelet's maxPods).
     pub max_pods: u32,
-    /// Where the `kubepods` hierarchy goes: a cgroupfs path (`/`: `/kubepods`) or, with the
-    /// systemd driver, a slice (`/`: `kubepods.slice`).
+    /// Where the `kubepods` hierarchy goes: a cgroupfs path (`/bosun`: `/bosun/kubepods`; `/`:
+    /// `/kubepods`, the kubelet's) or a systemd slice (`/bosun`: `bosun-kubepods.slice`). Not
+    /// `/` by default: a kubelet using bosun over CRI on the same node owns `/kubepods`.
     pub cgroup_root: String,
     /// Put supervised pods in per-QoS and per-pod cgroups (the kubelet's cgroupsPerQOS).
     pub cgroups_per_qos: bool,
@@ -201,7 +202,7 @@ impl Default for NodeConfig {
             eviction_pressure_transition_period: "5m".to_string(),
             housekeeping_interval: "10s".to_string(),
             max_pods: 110,
-            cgroup_root: "/".to_string(),
+            cgroup_root: "/bosun".to_string(),
             cgroups_per_qos: true,
             enforce_node_allocatable: vec!["pods".to_string()],
             pod_pids_limit: -1,

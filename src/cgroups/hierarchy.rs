@@ -253,7 +253,9 @@ impl Hierarchy for Cgroupfs {
         match self.version {
             Version::V1 => {
                 let mut first = Ok(());
-                for m in self.v1_mounts() {
+                // runc also makes the cgroup in a hybrid host's v2 `unified` mount.
+                let unified = Some(self.root.join("unified")).filter(|u| u.is_dir());
+                for m in self.v1_mounts().into_iter().chain(unified) {
                     if let Err(e) = rmdir(&m.join(rel(name))) {
                         if first.is_ok() {
                             first = Err(e);

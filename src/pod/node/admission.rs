@@ -132,7 +132,7 @@ fn smaller(a: &Admitted, b: &Admitted) -> bool {
 
 /// The kubelet's getPodsToPreemptByDistance: repeatedly the pod that covers most of what is
 /// still needed (the smaller one on a tie), so as few pods as possible go.
-fn by_distance<'a>(mut pods: Vec<&'a Admitted>, mut needs: Needs) -> Option<Vec<&'a Admitted>> {
+fn by_distance(mut pods: Vec<&Admitted>, mut needs: Needs) -> Option<Vec<&Admitted>> {
     let mut out = Vec::new();
     while !needs.is_empty() {
         if pods.is_empty() {

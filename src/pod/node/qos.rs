@@ -15,6 +15,11 @@ pub struct QosCgroups {
     /// The root's components (`[]` for `/`).
     root: Name,
     pids_limit: i64,
+    /// What `kubepods` is limited to (allocatable enforcement); `None`: unlimited.
+    limit: Option<Amounts>,
+    /// `kubepods` and the QoS cgroups exist (made with the first pod: a daemon that only
+    /// serves a kubelet over CRI makes none).
+    made: std::sync::Mutex<bool>,
 }
 
 /// A cgroup root of `[node] cgroup_root` as components: `/a/b` → `[a, b]`, a systemd slice
@@ -49,12 +54,24 @@ fn qos_part(q: QosClass) -> Option<&'static str> {
 
 impl QosCgroups {
     /// The hierarchy below `root`; nothing is made yet.
-    pub fn new(hierarchy: Box<dyn Hierarchy>, root: Name, pids_limit: i64) -> QosCgroups {
+    pub fn new(
+        hierarchy: Box<dyn Hierarchy>,
+        root: Name,
+        pids_limit: i64,
+        limit: Option<Amounts>,
+    ) -> QosCgroups {
         QosCgroups {
             hierarchy,
             root,
             pids_limit,
+            limit,
+            made: std::sync::Mutex::new(false),
         }
+    }
+
+    /// What `kubepods` may use (when allocatable is enforced).
+    pub fn limit(&self) -> Option<&Amounts> {
+        self.limit.as_ref()
     }
 
     /// `kubepods` (or `kubepods/<qos>`).
@@ -74,7 +91,8 @@ impl QosCgroups {
 
     /// Makes `kubepods` with `limit` (shares of its cpu, its memory when enforced, pids) and
     /// the two QoS cgroups below it.
-    pub fn init(&self, limit: Option<&Amounts>, burstable_cpu_milli: i64) -> Result<()> {
+    fn init(&self, burstable_cpu_milli: i64) -> Result<()> {
+        let limit = self.limit.as_ref();
         let top = Limits {
             cpu_shares: limit.map(|l| resources::cpu_shares(Some(l.cpu_milli as f64 / 1000.0))),
             cpu_quota: None,
@@ -86,7 +104,7 @@ impl QosCgroups {
         self.hierarchy
             .ensure(&name, &top)
             .map_err(|e| Error::internal(format!("pod cgroup {}: {e}", name.join("/"))))?;
-        self.set_burstable(burstable_cpu_milli)?;
+        self.set_burstable_now(burstable_cpu_milli)?;
         let be = Limits {
             cpu_shares: Some(2),
             cpu_period: CPU_PERIOD,
@@ -100,6 +118,13 @@ impl QosCgroups {
 
     /// The burstable cgroup's shares follow the sum of its pods' cpu requests.
     pub fn set_burstable(&self, cpu_milli: i64) -> Result<()> {
+        if !*self.made.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Ok(());
+        }
+        self.set_burstable_now(cpu_milli)
+    }
+
+    fn set_burstable_now(&self, cpu_milli: i64) -> Result<()> {
         let l = Limits {
             cpu_shares: Some(resources::cpu_shares(Some(cpu_milli as f64 / 1000.0))),
             cpu_period: CPU_PERIOD,
@@ -113,6 +138,13 @@ impl QosCgroups {
 
     /// Makes the pod's cgroup with its limits; returns the CRI `cgroup_parent` for it.
     pub fn ensure_pod(&self, uid: &str, pod: &Pod) -> Result<(String, PodCgroup)> {
+        {
+            let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+            if !*made {
+                self.init(0)?;
+                *made = true;
+            }
+        }
         let c = pod_cgroup(pod, self.pids_limit);
         let name = self.pod_name(uid, c.qos);
         let l = Limits {
