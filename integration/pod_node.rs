@@ -26,6 +26,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             critical_preempts,
         ),
         trial(
+            "pod::node::memory_pressure_evicts_the_pod_over_its_request",
+            v1,
+            memory_eviction,
+        ),
+        trial(
             "pod::node::qos_cgroups_carry_requests_and_limits_v1",
             v1,
             qos_cgroups_v1,
@@ -36,6 +41,12 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// Allocatable of 500m cpu, 512 MiB and `pods` pods, whatever the machine has (reservations
 /// take the rest; no eviction thresholds).
 fn small_node(pods: u32, more: &str) -> Result<Daemon> {
+    small_node_evicting(pods, "{}", more)
+}
+
+/// [`small_node`] with `eviction_hard` (a TOML inline table); the hard memory.available
+/// threshold is also taken from allocatable and watched on `kubepods` (512 MiB).
+fn small_node_evicting(pods: u32, eviction_hard: &str, more: &str) -> Result<Daemon> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
     let meminfo = std::fs::read_to_string("/proc/meminfo")?;
     let total_kib: i64 = meminfo
@@ -44,7 +55,7 @@ fn small_node(pods: u32, more: &str) -> Result<Daemon> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .context("MemTotal")?;
     let node = format!(
-        "max_pods = {pods}\neviction_hard = {{}}\n\
+        "max_pods = {pods}\neviction_hard = {eviction_hard}\n\
          kube_reserved = {{ cpu = \"{}m\" }}\n\
          system_reserved = {{ memory = \"{}\" }}\n{more}",
         cpus * 1000 - 500,
@@ -356,6 +367,105 @@ fn qos_cgroups_v1() -> Result<()> {
             "burstable shares after delete"
         );
         cri::assert_clean(&d)
+    })();
+    cri::with_log(&d, r)
+}
+
+/// A pod whose container holds about `mib` MiB of anonymous memory (busybox tail buffering a
+/// pipe that never closes) under a 300 MiB memory limit.
+fn hog(name: &str, mib: u64) -> String {
+    let bytes = mib << 20;
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: hog
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c, "(head -c {bytes} /dev/zero; exec sleep 3600) | tail -c {bytes} >/dev/null"]
+    resources: {{requests: {{memory: 16Mi}}, limits: {{memory: 300Mi}}}}
+"#
+    )
+}
+
+/// Real memory pressure inside `kubepods` (limit 512 MiB, hard memory.available 350 Mi, so
+/// pods may use about 162 MiB): a hog holding 210 MiB is evicted (Failed, reason Evicted, the
+/// kubelet's message, DisruptionTarget, a Warning event) within a second or two of a 1 s
+/// housekeeping interval; the Guaranteed pod and the higher-priority BestEffort pod stay;
+/// a BestEffort pod applied under MemoryPressure is refused.
+fn memory_eviction() -> Result<()> {
+    let d = small_node_evicting(
+        10,
+        "{ \"memory.available\" = \"350Mi\" }",
+        "housekeeping_interval = \"1s\"\neviction_pressure_transition_period = \"30s\"\n",
+    )?;
+    let r = (|| {
+        write_classes(&d.dir().join("priorityclasses"))?;
+        run(
+            &d,
+            &pod(
+                "steady",
+                "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 100m, memory: 32Mi}}",
+                "",
+            ),
+            "steady",
+        )?;
+        run(
+            &d,
+            &pod("idle", "{}", "  priorityClassName: high\n"),
+            "idle",
+        )?;
+        pods::apply(&d, &hog("hog", 210))?;
+        let running = pods::wait_for(&d, "hog", 60, "running", |p| pods::running(p, "hog"))?;
+        let t = std::time::Instant::now();
+        let p = pods::wait_for(&d, "hog", 30, "evicted", |p| pods::phase(p) == "Failed")?;
+        let took = t.elapsed();
+        println!("hog running to Failed (Evicted) in {took:.2?}");
+        drop(running);
+        let (r, m) = reason_message(&p);
+        ensure!(r == "Evicted", "hog: reason {r:?} ({m})");
+        ensure!(
+            m.starts_with(
+                "The node was low on resource: memory. Threshold quantity: 350Mi, available: "
+            ) && m.contains("Container hog was using ")
+                && m.contains(", request is 16Mi, has larger consumption of memory. "),
+            "hog: message {m:?}"
+        );
+        ensure!(
+            pods::condition(&p, "DisruptionTarget") == "True",
+            "hog: no DisruptionTarget: {:?}",
+            p.status
+        );
+        let events = pods::cli(&d, &["events", "hog"])?;
+        ensure!(
+            events.contains("Warning") && events.contains("Evicted"),
+            "hog's events:\n{events}"
+        );
+        ensure!(
+            took < std::time::Duration::from_secs(10),
+            "eviction took {took:?}"
+        );
+        refused(
+            &d,
+            &pod("late", "{}", ""),
+            "late",
+            "Evicted",
+            "Pod was rejected: The node had condition: [MemoryPressure]. ",
+        )?;
+        // One eviction relieved the pressure: the others keep running.
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        for name in ["steady", "idle"] {
+            let p = pods::get(&d, name)?.context(name)?;
+            ensure!(
+                pods::phase(&p) == "Running" && pods::running(&p, "main"),
+                "{name} was touched: {:?}",
+                p.status
+            );
+        }
+        delete_all(&d, &["steady", "idle", "hog", "late"])
     })();
     cri::with_log(&d, r)
 }
