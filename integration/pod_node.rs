@@ -116,6 +116,26 @@ fn refused(d: &Daemon, yaml: &str, name: &str, reason: &str, message: &str) -> R
     Ok(())
 }
 
+/// `bosun node describe`'s text.
+fn node_describe(d: &Daemon) -> Result<String> {
+    let out = d.cli(&["node", "describe"])?;
+    ensure!(
+        out.status.success(),
+        "bosun node describe: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `text` has a line containing every one of `parts`.
+fn has_line(text: &str, parts: &[&str]) -> Result<()> {
+    ensure!(
+        text.lines().any(|l| parts.iter().all(|p| l.contains(p))),
+        "no line with {parts:?} in:\n{text}"
+    );
+    Ok(())
+}
+
 fn delete_all(d: &Daemon, names: &[&str]) -> Result<()> {
     let mut args = vec!["delete", "--wait=true"];
     args.extend_from_slice(names);
@@ -154,6 +174,20 @@ fn admission_refuses() -> Result<()> {
         )?;
         // Two refused pods hold nothing: a second pod still fits, a third does not.
         run(&d, &pod("second", "{}", ""), "second")?;
+        let text = node_describe(&d)?;
+        has_line(&text, &["cpu:", "500m"])?;
+        has_line(&text, &["memory:", "524288Ki"])?;
+        has_line(
+            &text,
+            &["MemoryPressure", "False", "KubeletHasSufficientMemory"],
+        )?;
+        has_line(&text, &["Ready", "True", "KubeletReady"])?;
+        has_line(&text, &["Non-terminated Pods:", "(2 in total)"])?;
+        has_line(
+            &text,
+            &["default", "small", "Burstable", "300m (60%)", "64Mi (12%)"],
+        )?;
+        has_line(&text, &["default", "second", "BestEffort"])?;
         refused(
             &d,
             &pod("third", "{}", ""),
@@ -455,6 +489,20 @@ fn memory_eviction() -> Result<()> {
             "Evicted",
             "Pod was rejected: The node had condition: [MemoryPressure]. ",
         )?;
+        let text = node_describe(&d)?;
+        has_line(
+            &text,
+            &["MemoryPressure", "True", "KubeletHasInsufficientMemory"],
+        )?;
+        has_line(
+            &text,
+            &[
+                "Warning",
+                "EvictionThresholdMet",
+                "Attempting to reclaim memory",
+            ],
+        )?;
+        has_line(&text, &["Normal", "NodeHasInsufficientMemory"])?;
         // One eviction relieved the pressure: the others keep running.
         std::thread::sleep(std::time::Duration::from_secs(3));
         for name in ["steady", "idle"] {

@@ -358,7 +358,8 @@ impl Node {
                 st.status = on;
                 st.since_ns = ns;
                 let (reason, msg) = condition_words(c, on);
-                self.event(on, reason, msg.to_string());
+                // The kubelet records these as Normal events.
+                self.event(false, reason, msg.to_string());
             }
         }
         d

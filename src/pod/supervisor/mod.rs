@@ -1,6 +1,7 @@
 //! The standalone pod supervisor: one worker task per pod, the kubelet's lifecycle over the runtime.
 
 mod admit;
+mod describe;
 mod events;
 mod pressure;
 mod record;
@@ -617,6 +618,10 @@ impl PodService for Supervisor {
         self.prioritize(&mut pods, source)?;
         let pods = self.apply_pods(pods, "api", None);
         Ok(ApplyOutcome { pods, warnings })
+    }
+
+    async fn node(&self) -> Result<crate::pod::api::NodeView> {
+        Ok(describe::node_view(&self.sh))
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<PodView> {
