@@ -21,6 +21,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             admission_refuses,
         ),
         trial(
+            "pod::node::admitted_pods_still_count_after_a_daemon_restart",
+            NEEDS,
+            restart_keeps_admission,
+        ),
+        trial(
             "pod::node::critical_pod_preempts_lower_priority_pods",
             NEEDS,
             critical_preempts,
@@ -29,6 +34,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "pod::node::memory_pressure_evicts_the_pod_over_its_request",
             v1,
             memory_eviction,
+        ),
+        trial(
+            "pod::node::soft_threshold_waits_its_grace_and_caps_the_pod_grace",
+            v1,
+            soft_eviction,
         ),
         trial(
             "pod::node::qos_cgroups_carry_requests_and_limits_v1",
@@ -196,6 +206,32 @@ fn admission_refuses() -> Result<()> {
             "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2",
         )?;
         delete_all(&d, &["small", "cpu-hog", "mem-hog", "second", "third"])
+    })();
+    cri::with_log(&d, r)
+}
+
+/// A daemon killed with -9 and started again counts the pods it had admitted (they keep
+/// running, are not admitted again) and refuses what no longer fits.
+fn restart_keeps_admission() -> Result<()> {
+    let mut d = small_node(10, "")?;
+    let r = (|| {
+        let before = run(&d, &pod("first", "{requests: {cpu: 300m}}", ""), "first")?;
+        d.restart()?;
+        let after = pods::wait_for(&d, "first", 30, "running", |p| pods::running(p, "main"))?;
+        ensure!(
+            uid(&before) == uid(&after) && pods::restarts(&after, "main") == 0,
+            "first was started again: {:?}",
+            after.status
+        );
+        refused(
+            &d,
+            &pod("next", "{requests: {cpu: 300m}}", ""),
+            "next",
+            "OutOfcpu",
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 300, used: 300, capacity: 500",
+        )?;
+        has_line(&node_describe(&d)?, &["default", "first", "300m (60%)"])?;
+        delete_all(&d, &["first", "next"])
     })();
     cri::with_log(&d, r)
 }
@@ -514,6 +550,42 @@ fn memory_eviction() -> Result<()> {
             );
         }
         delete_all(&d, &["steady", "idle", "hog", "late"])
+    })();
+    cri::with_log(&d, r)
+}
+
+/// A soft allocatableMemory.available threshold (350Mi of kubepods' 512 MiB, grace 4 s): the
+/// hog is evicted only after the threshold held 4 s, and its stop takes
+/// evictionMaxPodGracePeriod (2 s), not its own 30 s (its shell, pid 1, ignores TERM).
+fn soft_eviction() -> Result<()> {
+    let d = small_node_evicting(
+        10,
+        "{}",
+        "housekeeping_interval = \"1s\"\neviction_max_pod_grace_period = 2\n\
+         eviction_soft = { \"allocatableMemory.available\" = \"350Mi\" }\n\
+         eviction_soft_grace_period = { \"allocatableMemory.available\" = \"4s\" }\n",
+    )?;
+    let r = (|| {
+        pods::apply(&d, &hog("hog", 210))?;
+        pods::wait_for(&d, "hog", 60, "running", |p| pods::running(p, "hog"))?;
+        let t = std::time::Instant::now();
+        let p = pods::wait_for(&d, "hog", 30, "evicted", |p| pods::phase(p) == "Failed")?;
+        let evicted = t.elapsed();
+        let (r, m) = reason_message(&p);
+        ensure!(r == "Evicted", "hog: reason {r:?} ({m})");
+        ensure!(
+            evicted >= std::time::Duration::from_secs(4),
+            "evicted {evicted:?} after running: the 4 s soft grace was not honoured"
+        );
+        let t = std::time::Instant::now();
+        pods::wait_for(&d, "hog", 20, "stopped", |p| !pods::running(p, "hog"))?;
+        let stopped = t.elapsed();
+        println!("soft eviction after {evicted:.2?}; container stopped {stopped:.2?} later");
+        ensure!(
+            stopped < std::time::Duration::from_secs(10),
+            "the evicted pod took {stopped:?} to stop (max pod grace 2 s)"
+        );
+        delete_all(&d, &["hog"])
     })();
     cri::with_log(&d, r)
 }

@@ -13,7 +13,7 @@ pub enum Signal {
     /// Node memory: capacity less the working set of everything.
     MemoryAvailable,
     /// The pods' memory: allocatable less the `kubepods` cgroup's working set (the kubelet's
-    /// internal `allocatableMemory.available`, derived from the hard `memory.available`).
+    /// `allocatableMemory.available`: derived from the hard `memory.available`, or set).
     AllocatableMemoryAvailable,
     /// Free space of the filesystem holding bosun's root.
     NodeFsAvailable,
@@ -75,8 +75,9 @@ impl Condition {
 
 impl Signal {
     /// The signals a user may configure, by their kubelet names.
-    pub const CONFIGURABLE: [Signal; 6] = [
+    pub const CONFIGURABLE: [Signal; 7] = [
         Signal::MemoryAvailable,
+        Signal::AllocatableMemoryAvailable,
         Signal::NodeFsAvailable,
         Signal::NodeFsInodesFree,
         Signal::ImageFsAvailable,
@@ -256,7 +257,7 @@ fn signal_of(field: &str, name: &str) -> Result<Signal> {
     Signal::parse(name).ok_or_else(|| {
         Error::invalid(format!(
             "[node] {field}: unsupported eviction signal {:?} (one of memory.available, \
-             nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, \
+             allocatableMemory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, \
              pid.available)",
             crate::error::echo(name)
         ))
@@ -328,7 +329,10 @@ pub fn parse(cfg: &NodeConfig) -> Result<Vec<Threshold>> {
             t.min_reclaim = v;
         }
     }
-    if cfg.enforce_node_allocatable.iter().any(|k| k == "pods") {
+    let set_hard = out
+        .iter()
+        .any(|t| t.signal == Signal::AllocatableMemoryAvailable && t.is_hard());
+    if cfg.enforce_node_allocatable.iter().any(|k| k == "pods") && !set_hard {
         let copies: Vec<Threshold> = out
             .iter()
             .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
@@ -350,6 +354,26 @@ mod tests {
         let mut c = NodeConfig::default();
         f(&mut c);
         c
+    }
+
+    #[test]
+    fn allocatable_memory_may_be_set_and_then_is_not_copied() {
+        let t = parse(&cfg(|c| {
+            c.eviction_hard = Some(BTreeMap::from([
+                ("memory.available".to_string(), "100Mi".to_string()),
+                (
+                    "allocatableMemory.available".to_string(),
+                    "300Mi".to_string(),
+                ),
+            ]));
+        }))
+        .expect("parse");
+        let alloc: Vec<_> = t
+            .iter()
+            .filter(|t| t.signal == Signal::AllocatableMemoryAvailable)
+            .collect();
+        assert_eq!(alloc.len(), 1, "{t:?}");
+        assert_eq!(alloc[0].value, Value::Quantity(300.0 * 1024.0 * 1024.0));
     }
 
     #[test]
