@@ -100,6 +100,16 @@ async fn act(sh: &Arc<Shared>, t: Threshold, obs: &Observations) -> Option<Strin
         "EvictionThresholdMet",
         format!("Attempting to reclaim {}", resource.as_str()),
     );
+    // Without supervised pods bosun is some kubelet's CRI runtime (or idle): that kubelet owns
+    // image and container GC, so nothing is reclaimed or evicted behind its back.
+    let active = sh.node.active();
+    if active.is_empty() {
+        tracing::warn!(
+            signal = t.signal.as_str(),
+            "eviction threshold met, no supervised pods: nothing reclaimed or evicted"
+        );
+        return None;
+    }
     if t.signal.reclaims_disk() {
         reclaim_disk(sh).await;
         let after = observe(&sh.node).await;
@@ -110,14 +120,6 @@ async fn act(sh: &Arc<Shared>, t: Threshold, obs: &Observations) -> Option<Strin
             );
             return None;
         }
-    }
-    let active = sh.node.active();
-    if active.is_empty() {
-        tracing::warn!(
-            signal = t.signal.as_str(),
-            "eviction threshold met, no pods to evict"
-        );
-        return None;
     }
     let mut candidates = Vec::new();
     for a in &active {
