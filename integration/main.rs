@@ -28,6 +28,7 @@ mod monitor;
 mod oci_spec;
 mod pod_config;
 mod pod_lifecycle;
+mod pod_node;
 mod pod_probes;
 mod pod_termination;
 mod runc;
@@ -75,6 +76,7 @@ fn main() {
     trials.extend(oci_spec::trials());
     trials.extend(pod_config::trials());
     trials.extend(pod_lifecycle::trials());
+    trials.extend(pod_node::trials());
     trials.extend(pod_probes::trials());
     trials.extend(pod_termination::trials());
     trials.extend(runc::trials());

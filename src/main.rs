@@ -46,6 +46,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Image(cmd) => cli::image::run(socket, cmd).await,
             Command::Pod(cmd) => cli::pod::run(socket, cmd).await,
+            Command::Node(cmd) => cli::node::run(socket, cmd).await,
             Command::Version => cli::version(&socket).await,
             Command::Exec(args) => cli::stream::exec(socket, args).await,
             Command::Attach(args) => cli::stream::attach(socket, args).await,

@@ -836,9 +836,20 @@ pub fn leftovers(d: &Daemon) -> Vec<String> {
         }
     }
     for cg in cgroups_below(&d.cgroup_parent()) {
-        out.push(format!("cgroup {}", cg.display()));
+        if !is_qos_skeleton(&cg) {
+            out.push(format!("cgroup {}", cg.display()));
+        }
     }
     out
+}
+
+/// `kubepods` and its `burstable`/`besteffort` cgroups: the node's, made with its first
+/// supervised pod and kept while the daemon lives (as the kubelet keeps them); the daemon's
+/// drop removes them with its cgroup parent.
+fn is_qos_skeleton(cg: &Path) -> bool {
+    let name = cg.file_name().unwrap_or_default();
+    let parent = cg.parent().and_then(|p| p.file_name()).unwrap_or_default();
+    name == "kubepods" || (parent == "kubepods" && (name == "burstable" || name == "besteffort"))
 }
 
 /// Checks nothing is left of any sandbox or container (waiting up to 10 s for exits to

@@ -37,6 +37,8 @@ pub enum Need {
     UserNamespaces,
     /// Loop devices, mkfs.ext4 and fsfreeze (a file system to freeze).
     Freeze,
+    /// cgroup v1 (hybrid or legacy) with the cpu, memory and pids controllers.
+    CgroupV1,
 }
 
 /// Why pods cannot have user namespaces on this machine (`None`: they can); probed once with
@@ -99,6 +101,13 @@ fn unmet(need: Need) -> Option<String> {
                     .all(|p| Path::new(p).exists()) =>
         {
             Some("needs loop devices, mkfs.ext4 and fsfreeze (e2fsprogs, util-linux)".into())
+        }
+        Need::CgroupV1
+            if !["cpu", "memory", "pids"]
+                .iter()
+                .all(|c| Path::new("/sys/fs/cgroup").join(c).is_dir()) =>
+        {
+            Some("needs cgroup v1 cpu, memory and pids hierarchies".into())
         }
         _ => None,
     }

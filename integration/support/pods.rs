@@ -12,10 +12,18 @@ use super::Daemon;
 /// A daemon for supervised-pod tests: `[pod]` dirs and the cgroup parent under its scratch
 /// dir, back-off starting at 1 s capped at `backoff_max` s, plus `extra` TOML (top-level keys).
 pub fn daemon(backoff_max: u64, extra: &str) -> Result<Daemon> {
+    node_daemon(backoff_max, extra, "eviction_hard = {}")
+}
+
+/// [`daemon`] with `node` as its `[node]` keys (pod cgroups always below the daemon's own
+/// cgroup parent, so nothing outlives it). [`daemon`] turns eviction off: a CI machine short
+/// of disk must not evict other tests' pods.
+pub fn node_daemon(backoff_max: u64, extra: &str, node: &str) -> Result<Daemon> {
     let config = format!(
         "default_cgroup_parent = \"@CGROUP@\"\n{extra}\n[pod]\nlog_dir = \"@DIR@/pod-logs\"\n\
          configmap_dir = \"@DIR@/configmaps\"\nsecret_dir = \"@DIR@/secrets\"\n\
-         manifest_dir = \"@DIR@/manifests\"\nbackoff_initial_secs = 1\nbackoff_max_secs = {backoff_max}\n"
+         manifest_dir = \"@DIR@/manifests\"\nbackoff_initial_secs = 1\nbackoff_max_secs = {backoff_max}\n\
+         [node]\ncgroup_root = \"@CGROUP@\"\npriority_class_dir = \"@DIR@/priorityclasses\"\n{node}\n"
     );
     let d = cri::daemon_with(&config)?;
     cri::import(&d, "busybox")?;

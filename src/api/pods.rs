@@ -24,23 +24,24 @@ impl ApiPods {
     }
 }
 
+/// An event as the wire carries it.
+fn event_to_proto(e: &api::PodEvent) -> pb::PodEvent {
+    pb::PodEvent {
+        r#type: e.kind.as_str().to_string(),
+        reason: e.reason.clone(),
+        object: e.object.clone(),
+        message: e.message.clone(),
+        count: e.count,
+        first_timestamp_ns: e.first_ns,
+        last_timestamp_ns: e.last_ns,
+    }
+}
+
 /// A PodView as the wire carries it.
 pub fn view_to_proto(v: &api::PodView) -> pb::PodView {
     pb::PodView {
         pod_json: serde_json::to_string(&v.pod).unwrap_or_default(),
-        events: v
-            .events
-            .iter()
-            .map(|e| pb::PodEvent {
-                r#type: e.kind.as_str().to_string(),
-                reason: e.reason.clone(),
-                object: e.object.clone(),
-                message: e.message.clone(),
-                count: e.count,
-                first_timestamp_ns: e.first_ns,
-                last_timestamp_ns: e.last_ns,
-            })
-            .collect(),
+        events: v.events.iter().map(event_to_proto).collect(),
         probes: v
             .probes
             .iter()
@@ -206,6 +207,35 @@ impl PodsApi for ApiPods {
             Some((Ok(ev), rx))
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn describe_node(
+        &self,
+        _req: Request<pb::DescribeNodeRequest>,
+    ) -> Result<Response<pb::NodeView>, Status> {
+        let v = self
+            .pods
+            .node()
+            .await
+            .map_err(|e| to_status("DescribeNode", e))?;
+        Ok(Response::new(pb::NodeView {
+            node_json: serde_json::to_string(&v.node).unwrap_or_default(),
+            events: v.events.iter().map(event_to_proto).collect(),
+            pods: v
+                .pods
+                .into_iter()
+                .map(|p| pb::NodePod {
+                    namespace: p.namespace,
+                    name: p.name,
+                    qos_class: p.qos_class,
+                    priority: p.priority,
+                    cpu_requests_milli: p.cpu_requests_milli,
+                    cpu_limits_milli: p.cpu_limits_milli,
+                    memory_requests: p.memory_requests,
+                    memory_limits: p.memory_limits,
+                })
+                .collect(),
+        }))
     }
 
     async fn set_condition(

@@ -5,6 +5,7 @@
 //! missing or unreadable (the container just exited, a controller is not mounted) leaves its
 //! part of [`Stats`] empty, so a caller always gets whatever could be read.
 
+pub mod hierarchy;
 mod parse;
 pub mod path;
 mod v1;

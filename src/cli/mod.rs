@@ -2,6 +2,7 @@
 
 pub mod client;
 pub mod image;
+pub mod node;
 pub mod pod;
 pub mod stream;
 
@@ -34,6 +35,9 @@ pub enum Command {
     /// Run Kubernetes Pod manifests on this node (standalone supervisor).
     #[command(subcommand)]
     Pod(pod::PodCommand),
+    /// The standalone node: capacity, allocatable, pressure, events.
+    #[command(subcommand)]
+    Node(node::NodeCommand),
     /// Print client and daemon versions.
     Version,
     /// Run a command in a running container (exits with its exit code).

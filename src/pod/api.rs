@@ -93,6 +93,30 @@ pub struct PodEvent {
     pub last_ns: i64,
 }
 
+/// One admitted pod's requests and limits, for `bosun node describe`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePod {
+    pub namespace: String,
+    pub name: String,
+    pub qos_class: String,
+    pub priority: i32,
+    pub cpu_requests_milli: i64,
+    pub cpu_limits_milli: i64,
+    pub memory_requests: i64,
+    pub memory_limits: i64,
+}
+
+/// The node as the supervisor sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeView {
+    /// Name, capacity, allocatable and conditions (Ready and the three pressures).
+    pub node: k8s_openapi::api::core::v1::Node,
+    /// Node events, oldest first.
+    pub events: Vec<PodEvent>,
+    /// The pods the node counts, sorted by namespace and name.
+    pub pods: Vec<NodePod>,
+}
+
 /// The last result of one probe of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeReport {
@@ -220,4 +244,6 @@ pub trait PodService: Send + Sync + 'static {
     fn watch(&self) -> broadcast::Receiver<WatchEvent>;
     /// Sets a condition of the pod's status (readiness gates).
     async fn set_condition(&self, req: SetCondition) -> Result<PodView>;
+    /// The node: capacity, allocatable, conditions, admitted pods, node events.
+    async fn node(&self) -> Result<NodeView>;
 }

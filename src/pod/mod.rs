@@ -10,6 +10,7 @@ pub mod handler;
 pub mod hooks;
 pub mod labels;
 pub mod manifest;
+pub mod node;
 pub mod phase;
 pub mod probe;
 pub mod probe_result;

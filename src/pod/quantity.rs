@@ -1,4 +1,4 @@
-//! Kubernetes resource quantities ("100m", "64Mi", "1.5", "1e3") parsed for validation and limits.
+//! Kubernetes resource quantities ("100m", "64Mi", "1.5", "1e3") parsed for validation and limits, and printed canonically.
 
 /// The value of quantity `s` (cores for cpu, bytes for memory), or `None` when it is not a
 /// valid Kubernetes quantity.
@@ -39,9 +39,58 @@ pub fn parse(s: &str) -> Option<f64> {
     v.is_finite().then_some(v)
 }
 
+/// `bytes` the way a Kubernetes BinarySI quantity prints (`100Mi`, `52335Ki`, `1234`): the
+/// largest power-of-1024 suffix that divides it exactly.
+pub fn format_binary(bytes: i64) -> String {
+    const SUFFIXES: [&str; 6] = ["Ei", "Pi", "Ti", "Gi", "Mi", "Ki"];
+    if bytes == 0 {
+        return "0".to_string();
+    }
+    for (i, s) in SUFFIXES.iter().enumerate() {
+        let unit = 1i64 << (10 * (6 - i));
+        if bytes % unit == 0 {
+            return format!("{}{s}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
+/// `n` the way a Kubernetes DecimalSI quantity prints (`1k`, `1500`, `2M`).
+pub fn format_decimal(n: i64) -> String {
+    const SUFFIXES: [(&str, i64); 6] = [
+        ("E", 1_000_000_000_000_000_000),
+        ("P", 1_000_000_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("G", 1_000_000_000),
+        ("M", 1_000_000),
+        ("k", 1_000),
+    ];
+    if n == 0 {
+        return "0".to_string();
+    }
+    for (s, unit) in SUFFIXES {
+        if n % unit == 0 {
+            return format!("{}{s}", n / unit);
+        }
+    }
+    n.to_string()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{format_binary, format_decimal, parse};
+
+    #[test]
+    fn canonical_forms() {
+        assert_eq!(format_binary(100 << 20), "100Mi");
+        assert_eq!(format_binary(53_591_040), "52335Ki");
+        assert_eq!(format_binary(1234), "1234");
+        assert_eq!(format_binary(0), "0");
+        assert_eq!(format_binary(3 << 30), "3Gi");
+        assert_eq!(format_decimal(1000), "1k");
+        assert_eq!(format_decimal(1500), "1500");
+        assert_eq!(format_decimal(2_000_000), "2M");
+    }
 
     #[test]
     fn suffixes() {

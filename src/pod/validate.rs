@@ -148,7 +148,6 @@ pub fn validate(pod: &Pod) -> Report {
             "topologySpreadConstraints",
             spec.topology_spread_constraints.is_some(),
         ),
-        ("priorityClassName", spec.priority_class_name.is_some()),
         ("schedulingGates", spec.scheduling_gates.is_some()),
     ] {
         if set {

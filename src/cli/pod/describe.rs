@@ -328,7 +328,7 @@ pub fn describe(v: &api::PodView, now: i64) -> anyhow::Result<String> {
 }
 
 /// kubectl's "(x3 over 2m)" age column of an event.
-fn event_age(e: &api::PodEvent, now: i64) -> String {
+pub fn event_age(e: &api::PodEvent, now: i64) -> String {
     let last = human_duration((now - e.last_timestamp_ns) / 1_000_000_000);
     if e.count > 1 {
         let over = human_duration((now - e.first_timestamp_ns) / 1_000_000_000);

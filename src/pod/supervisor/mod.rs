@@ -1,6 +1,9 @@
 //! The standalone pod supervisor: one worker task per pod, the kubelet's lifecycle over the runtime.
 
+mod admit;
+mod describe;
 mod events;
+mod pressure;
 mod record;
 mod start;
 mod state;
@@ -70,6 +73,8 @@ pub struct Shared {
     workers: Mutex<HashMap<String, WorkerRef>>,
     /// User namespace ranges picked for sandboxes being created.
     userns_picks: crate::pod::userns::Picks,
+    /// Node resources: admission, pod cgroups, eviction.
+    pub node: Arc<crate::pod::node::Node>,
 }
 
 /// The labels that select what the supervisor made: everything (`None`) or one pod's.
@@ -114,6 +119,53 @@ impl Shared {
         if live.get(&key).is_some_and(|h| h.uid == uid) {
             live.remove(&key);
         }
+    }
+
+    /// Sends `msg` to the worker of pod `uid` (live or terminating), if there is one.
+    pub fn tell(&self, uid: &str, msg: Msg) {
+        if let Some((tx, _)) = lock(&self.workers).get(uid) {
+            let _ = tx.send(msg);
+        }
+    }
+
+    /// The latest view of pod `uid`'s worker.
+    pub fn worker_view(&self, uid: &str) -> Option<Arc<PodView>> {
+        lock(&self.workers)
+            .get(uid)
+            .map(|(_, v)| v.borrow().clone())
+    }
+
+    /// The current container instances of pods that may still run them (not Failed or
+    /// Succeeded): what disk reclaim keeps.
+    pub fn current_instances(&self) -> std::collections::HashSet<String> {
+        let views: Vec<Arc<PodView>> = lock(&self.workers)
+            .values()
+            .map(|(_, v)| v.borrow().clone())
+            .collect();
+        let mut out = std::collections::HashSet::new();
+        for v in views {
+            let Some(st) = v.pod.status.as_ref() else {
+                continue;
+            };
+            if matches!(st.phase.as_deref(), Some("Failed") | Some("Succeeded")) {
+                continue;
+            }
+            for c in st
+                .container_statuses
+                .iter()
+                .flatten()
+                .chain(st.init_container_statuses.iter().flatten())
+            {
+                if let Some(id) = c
+                    .container_id
+                    .as_deref()
+                    .and_then(|i| i.strip_prefix("bosun://"))
+                {
+                    out.insert(id.to_string());
+                }
+            }
+        }
+        out
     }
 
     /// The pod is gone entirely.
@@ -183,6 +235,7 @@ impl Supervisor {
         let probe_rt = crate::pod::probe_runtime::start()
             .map_err(|e| Error::internal(format!("probe runtime: {e}")))?;
         let (node_name, host_ip) = node_facts();
+        let node = Arc::new(pressure::open_node(&config, &images)?);
         let sh = Arc::new(Shared {
             probe_rt,
             exec: Arc::new(runtime.clone()),
@@ -197,10 +250,12 @@ impl Supervisor {
             live: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(HashMap::new()),
             userns_picks: Default::default(),
+            node,
         });
         let sup = Arc::new(Supervisor { sh: sh.clone() });
         sup.recover().await;
         spawn_event_router(sh.clone());
+        pressure::spawn(sh.clone());
         if !sh.config.pod.manifest_dir.as_os_str().is_empty() {
             static_pods::spawn(sup.clone());
         }
@@ -397,6 +452,8 @@ impl Supervisor {
                 gates: BTreeMap::new(),
                 conditions: BTreeMap::new(),
                 finished: false,
+                admitted: false,
+                failure: None,
                 replaces: predecessor.as_ref().map(|(u, _)| u.clone()),
             };
             if let Err(e) = rec.save(&self.sh.pods_dir) {
@@ -441,6 +498,28 @@ impl Supervisor {
             )));
         }
         Ok((pods, warnings))
+    }
+
+    /// Fills each pod's `priority` and `preemptionPolicy` from its `priorityClassName` (the
+    /// built-in classes and those in `[node] priority_class_dir`), as the API server does;
+    /// every pod's error, or none applied.
+    pub(crate) fn prioritize(&self, pods: &mut [Pod], source: &str) -> Result<()> {
+        let classes = crate::pod::node::priority::load(&self.sh.config.node.priority_class_dir)?;
+        let mut errors = Vec::new();
+        for p in pods.iter_mut() {
+            if let Err(e) = crate::pod::node::priority::resolve(p, &classes) {
+                let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+                let name = p.metadata.name.as_deref().unwrap_or_default();
+                errors.push(format!("pod {ns}/{name}: {}", e.message()));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Error::invalid(format!(
+                "{source}: nothing applied: {}",
+                errors.join("\n")
+            )));
+        }
+        Ok(())
     }
 
     /// Live pods that came from static pod file `file`.
@@ -535,9 +614,14 @@ impl PodService for Supervisor {
         } else {
             &req.source
         };
-        let (pods, warnings) = Self::check(&req.text, source)?;
+        let (mut pods, warnings) = Self::check(&req.text, source)?;
+        self.prioritize(&mut pods, source)?;
         let pods = self.apply_pods(pods, "api", None);
         Ok(ApplyOutcome { pods, warnings })
+    }
+
+    async fn node(&self) -> Result<crate::pod::api::NodeView> {
+        Ok(describe::node_view(&self.sh))
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<PodView> {

@@ -30,6 +30,20 @@ pub struct Gate {
     pub last_transition_ns: i64,
 }
 
+/// Why the node ended the pod (admission refused it, eviction, preemption): phase Failed with
+/// this reason and message, as the kubelet reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub reason: String,
+    pub message: String,
+    /// A DisruptionTarget condition goes with it (eviction: reason TerminationByKubelet).
+    #[serde(default)]
+    pub disruption: bool,
+    /// When (unix ns).
+    #[serde(default)]
+    pub at_ns: i64,
+}
+
 /// When a computed pod condition (Ready, Initialized, …) last changed status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
@@ -60,6 +74,12 @@ pub struct Record {
     /// The pod reached Succeeded or Failed: nothing restarts any more.
     #[serde(default)]
     pub finished: bool,
+    /// The node admitted it (its requests count until it stops; a restart adopts it as is).
+    #[serde(default)]
+    pub admitted: bool,
+    /// The node ended it (refused, evicted, preempted).
+    #[serde(default)]
+    pub failure: Option<Failure>,
     /// The uid of the pod it replaces (that one must be gone before this one starts).
     #[serde(default)]
     pub replaces: Option<String>,
@@ -78,6 +98,11 @@ impl Record {
     /// `namespace/name`, how messages name the pod.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace(), self.name())
+    }
+
+    /// A static pod (from `[pod] manifest_dir`).
+    pub fn is_static(&self) -> bool {
+        self.source == "file"
     }
 
     /// The pod shares the node's network namespace.

@@ -184,6 +184,16 @@ pub fn containers_of(pod: &Pod) -> Vec<CState> {
     inits.chain(apps).collect()
 }
 
+/// The pod container name a runtime container was made for (its label).
+pub fn container_name(e: &ContainerEntry) -> String {
+    e.meta()
+        .request
+        .labels
+        .get(labels::CONTAINER_NAME)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Every runtime instance of the pod `uid`, newest attempt last, grouped by container name.
 pub fn instances(runtime: &Runtime, uid: &str) -> Vec<(String, Vec<Inst>)> {
     let filter: Filter<ContainerState> = Filter {
@@ -192,13 +202,7 @@ pub fn instances(runtime: &Runtime, uid: &str) -> Vec<(String, Vec<Inst>)> {
     };
     let mut by_name: Vec<(String, Vec<Inst>)> = Vec::new();
     for e in runtime.list_containers(&filter) {
-        let name = e
-            .meta()
-            .request
-            .labels
-            .get(labels::CONTAINER_NAME)
-            .cloned()
-            .unwrap_or_default();
+        let name = container_name(&e);
         let inst = Inst::of(&e);
         match by_name.iter_mut().find(|(n, _)| *n == name) {
             Some((_, v)) => v.push(inst),

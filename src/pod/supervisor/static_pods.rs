@@ -61,7 +61,9 @@ fn scan(sup: &Supervisor, dir: &Path, seen: &mut HashMap<PathBuf, String>) {
             continue;
         }
         let source = f.display().to_string();
-        match Supervisor::check(&text, &source) {
+        match Supervisor::check(&text, &source)
+            .and_then(|(mut pods, w)| sup.prioritize(&mut pods, &source).map(|()| (pods, w)))
+        {
             Ok((pods, warnings)) => {
                 for w in warnings {
                     tracing::warn!(file = %source, "{w}");

@@ -58,6 +58,10 @@ impl Worker {
 
     /// The pod phase now.
     pub fn phase(&self) -> Phase {
+        if self.rec.failure.is_some() {
+            // Refused, evicted or preempted: Failed whatever its containers did.
+            return Phase::Failed;
+        }
         let deleting = self.termination.as_ref().is_some_and(|t| t.delete);
         phase::phase(
             self.policy(),
@@ -171,6 +175,16 @@ impl Worker {
                 ..Default::default()
             });
         }
+        if let Some(f) = self.rec.failure.as_ref().filter(|f| f.disruption) {
+            conds.push(PodCondition {
+                type_: "DisruptionTarget".to_string(),
+                status: "True".to_string(),
+                reason: Some("TerminationByKubelet".to_string()),
+                message: Some(f.message.clone()),
+                last_transition_time: time(f.at_ns),
+                ..Default::default()
+            });
+        }
         let host_network = self.rec.host_network();
         // A host-network pod's IP is the node's, as the kubelet reports it, once it has a sandbox.
         let ip = match &self.sandbox {
@@ -201,6 +215,8 @@ impl Worker {
             pod_ips: ip.map(|ip| vec![PodIP { ip }]),
             start_time: time(self.rec.created_ns),
             qos_class: Some(resources::qos_class(&self.rec.pod).as_str().to_string()),
+            reason: self.rec.failure.as_ref().map(|f| f.reason.clone()),
+            message: self.rec.failure.as_ref().map(|f| f.message.clone()),
             init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
             container_statuses: Some(app_statuses),
             ..Default::default()

@@ -312,6 +312,7 @@ impl Worker {
             };
             let vols = volumes::prepare(&ctx, &pod_dir, &sources)?;
             let mut req = translate::sandbox_request(&ctx)?;
+            req.cgroup_parent = self.pod_cgroup_parent()?;
             // hostUsers: false: the range this pod had, else a free one (kept from other
             // picks until the sandbox records it).
             let picked = match (own_users, &previous) {

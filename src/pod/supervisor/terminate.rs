@@ -128,7 +128,7 @@ impl Worker {
         self.gone = true;
     }
 
-    fn start_stopping(&mut self, deadline: Instant, delete: bool) {
+    pub fn start_stopping(&mut self, deadline: Instant, delete: bool) {
         let (tx, rx) = watch::channel(deadline);
         for c in &mut self.cs {
             c.probes = None;

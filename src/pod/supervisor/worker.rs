@@ -47,6 +47,15 @@ pub enum Msg {
     Terminated,
     /// A finished pod's sidecars and sandbox are stopped.
     Finished,
+    /// The node ends the pod (eviction, preemption): phase Failed with `reason`.
+    Evict {
+        reason: String,
+        message: String,
+        /// `None`: the pod's own grace.
+        grace: Option<Duration>,
+        /// Add the DisruptionTarget condition (eviction).
+        disruption: bool,
+    },
     /// An event from a task the worker started.
     Event {
         warning: bool,
@@ -150,6 +159,7 @@ impl Worker {
             let _ = done.wait_for(|d| *d).await;
         }
         self.recover();
+        self.admit().await;
         if let Some(d) = self.rec.deletion {
             // A termination cut short by a daemon restart starts over with its full grace.
             self.begin_termination(Some(d.grace_secs as i64), d.force, true);
@@ -217,9 +227,19 @@ impl Worker {
                     }
                 }
             }
-            Msg::Terminated => return true,
+            Msg::Terminated => {
+                self.release_node();
+                return true;
+            }
+            Msg::Evict {
+                reason,
+                message,
+                grace,
+                disruption,
+            } => self.evict(reason, message, grace, disruption),
             Msg::Finished => {
                 self.rec.finished = true;
+                self.release_node();
                 if let Err(e) = self.rec.save(&self.sh.pods_dir) {
                     tracing::warn!(pod = %self.key(), error = %e, "record finished pod");
                 }

@@ -1,0 +1,591 @@
+//! Node resources of supervised pods on a node whose allocatable is made small by `[node]`:
+//! admission refusals with the kubelet's reasons and messages, priority classes, critical-pod
+//! preemption, and the kubepods QoS cgroups read back from cgroupfs.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::support::cri::{self, NEEDS};
+use crate::support::pods::{self, BUSYBOX};
+use crate::support::{trial, Daemon, Need};
+
+pub fn trials() -> Vec<libtest_mimic::Trial> {
+    let v1: Vec<Need> = NEEDS.iter().copied().chain([Need::CgroupV1]).collect();
+    let v1: &'static [Need] = Vec::leak(v1);
+    vec![
+        trial(
+            "pod::node::admission_refuses_pods_that_do_not_fit",
+            NEEDS,
+            admission_refuses,
+        ),
+        trial(
+            "pod::node::admitted_pods_still_count_after_a_daemon_restart",
+            NEEDS,
+            restart_keeps_admission,
+        ),
+        trial(
+            "pod::node::critical_pod_preempts_lower_priority_pods",
+            NEEDS,
+            critical_preempts,
+        ),
+        trial(
+            "pod::node::memory_pressure_evicts_the_pod_over_its_request",
+            v1,
+            memory_eviction,
+        ),
+        trial(
+            "pod::node::soft_threshold_waits_its_grace_and_caps_the_pod_grace",
+            v1,
+            soft_eviction,
+        ),
+        trial(
+            "pod::node::qos_cgroups_carry_requests_and_limits_v1",
+            v1,
+            qos_cgroups_v1,
+        ),
+    ]
+}
+
+/// Allocatable of 500m cpu, 512 MiB and `pods` pods, whatever the machine has (reservations
+/// take the rest; no eviction thresholds).
+fn small_node(pods: u32, more: &str) -> Result<Daemon> {
+    small_node_evicting(pods, "{}", more)
+}
+
+/// [`small_node`] with `eviction_hard` (a TOML inline table); the hard memory.available
+/// threshold is also taken from allocatable and watched on `kubepods` (512 MiB).
+fn small_node_evicting(pods: u32, eviction_hard: &str, more: &str) -> Result<Daemon> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+    let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+    let total_kib: i64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("MemTotal")?;
+    let node = format!(
+        "max_pods = {pods}\neviction_hard = {eviction_hard}\n\
+         kube_reserved = {{ cpu = \"{}m\" }}\n\
+         system_reserved = {{ memory = \"{}\" }}\n{more}",
+        cpus * 1000 - 500,
+        total_kib * 1024 - (512 << 20)
+    );
+    pods::node_daemon(10, "", &node)
+}
+
+/// A pod with one sleeping container and `resources` (YAML flow map) and `spec` lines.
+fn pod(name: &str, resources: &str, spec: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  terminationGracePeriodSeconds: 2
+{spec}  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+    resources: {resources}
+"#
+    )
+}
+
+fn run(d: &Daemon, yaml: &str, name: &str) -> Result<Pod> {
+    pods::apply(d, yaml)?;
+    pods::wait_for(d, name, 60, "running", |p| pods::running(p, "main"))
+}
+
+fn reason_message(p: &Pod) -> (String, String) {
+    let s = p.status.clone().unwrap_or_default();
+    (s.reason.unwrap_or_default(), s.message.unwrap_or_default())
+}
+
+/// Applies `yaml` and waits for the pod to be refused: phase Failed, `reason`, `message`,
+/// no container ever started, a Warning event with the reason.
+fn refused(d: &Daemon, yaml: &str, name: &str, reason: &str, message: &str) -> Result<()> {
+    pods::apply(d, yaml)?;
+    let p = pods::wait_for(d, name, 30, "Failed", |p| pods::phase(p) == "Failed")?;
+    let (r, m) = reason_message(&p);
+    ensure!(r == reason, "{name}: reason {r:?}, want {reason:?}");
+    ensure!(m == message, "{name}: message {m:?}, want {message:?}");
+    let started = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.state.as_ref().is_some_and(|s| s.waiting.is_none()));
+    ensure!(!started, "{name}: a container ran: {:?}", p.status);
+    let events = pods::cli(d, &["events", name])?;
+    ensure!(
+        events.contains("Warning") && events.contains(reason),
+        "{name}: no Warning {reason} event in:\n{events}"
+    );
+    Ok(())
+}
+
+/// `bosun node describe`'s text.
+fn node_describe(d: &Daemon) -> Result<String> {
+    let out = d.cli(&["node", "describe"])?;
+    ensure!(
+        out.status.success(),
+        "bosun node describe: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `text` has a line containing every one of `parts`.
+fn has_line(text: &str, parts: &[&str]) -> Result<()> {
+    ensure!(
+        text.lines().any(|l| parts.iter().all(|p| l.contains(p))),
+        "no line with {parts:?} in:\n{text}"
+    );
+    Ok(())
+}
+
+fn delete_all(d: &Daemon, names: &[&str]) -> Result<()> {
+    let mut args = vec!["delete", "--wait=true"];
+    args.extend_from_slice(names);
+    pods::cli(d, &args)?;
+    cri::assert_clean(d)
+}
+
+/// cpu, memory and pod count are each refused with the kubelet's OutOf<resource> reason and
+/// "Pod was rejected: Node didn't have enough resource: ..." message; refused pods take no room.
+fn admission_refuses() -> Result<()> {
+    let d = small_node(2, "")?;
+    let r = (|| {
+        run(
+            &d,
+            &pod("small", "{requests: {cpu: 300m, memory: 64Mi}}", ""),
+            "small",
+        )?;
+        refused(
+            &d,
+            &pod("cpu-hog", "{requests: {cpu: 300m}}", ""),
+            "cpu-hog",
+            "OutOfcpu",
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 300, used: 300, capacity: 500",
+        )?;
+        refused(
+            &d,
+            &pod("mem-hog", "{requests: {memory: 600Mi}}", ""),
+            "mem-hog",
+            "OutOfmemory",
+            &format!(
+                "Pod was rejected: Node didn't have enough resource: memory, requested: {}, used: {}, capacity: {}",
+                600i64 << 20,
+                64i64 << 20,
+                512i64 << 20
+            ),
+        )?;
+        // Two refused pods hold nothing: a second pod still fits, a third does not.
+        run(&d, &pod("second", "{}", ""), "second")?;
+        let text = node_describe(&d)?;
+        has_line(&text, &["cpu:", "500m"])?;
+        has_line(&text, &["memory:", "524288Ki"])?;
+        has_line(
+            &text,
+            &["MemoryPressure", "False", "KubeletHasSufficientMemory"],
+        )?;
+        has_line(&text, &["Ready", "True", "KubeletReady"])?;
+        has_line(&text, &["Non-terminated Pods:", "(2 in total)"])?;
+        has_line(
+            &text,
+            &["default", "small", "Burstable", "300m (60%)", "64Mi (12%)"],
+        )?;
+        has_line(&text, &["default", "second", "BestEffort"])?;
+        refused(
+            &d,
+            &pod("third", "{}", ""),
+            "third",
+            "OutOfpods",
+            "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2",
+        )?;
+        delete_all(&d, &["small", "cpu-hog", "mem-hog", "second", "third"])
+    })();
+    cri::with_log(&d, r)
+}
+
+/// A daemon killed with -9 and started again counts the pods it had admitted (they keep
+/// running, are not admitted again) and refuses what no longer fits.
+fn restart_keeps_admission() -> Result<()> {
+    let mut d = small_node(10, "")?;
+    let r = (|| {
+        let before = run(&d, &pod("first", "{requests: {cpu: 300m}}", ""), "first")?;
+        d.restart()?;
+        let after = pods::wait_for(&d, "first", 30, "running", |p| pods::running(p, "main"))?;
+        ensure!(
+            uid(&before) == uid(&after) && pods::restarts(&after, "main") == 0,
+            "first was started again: {:?}",
+            after.status
+        );
+        refused(
+            &d,
+            &pod("next", "{requests: {cpu: 300m}}", ""),
+            "next",
+            "OutOfcpu",
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 300, used: 300, capacity: 500",
+        )?;
+        has_line(&node_describe(&d)?, &["default", "first", "300m (60%)"])?;
+        delete_all(&d, &["first", "next"])
+    })();
+    cri::with_log(&d, r)
+}
+
+fn write_classes(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join("classes.yaml"),
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: low}\nvalue: 100\n\
+         ---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n",
+    )?;
+    Ok(())
+}
+
+fn priority(p: &Pod) -> (Option<i32>, Option<String>) {
+    let s = p.spec.clone().unwrap_or_default();
+    (s.priority, s.preemption_policy)
+}
+
+/// Priority classes from the directory and the two system classes fill `priority`; a higher
+/// but non-critical pod that does not fit is refused, a critical one preempts the lower pod
+/// (Failed, reason Preempting) and runs; an unknown class is an apply error.
+fn critical_preempts() -> Result<()> {
+    let d = small_node(10, "")?;
+    let r = (|| {
+        write_classes(&d.dir().join("priorityclasses"))?;
+        let low = run(
+            &d,
+            &pod(
+                "low",
+                "{requests: {cpu: 300m}}",
+                "  priorityClassName: low\n",
+            ),
+            "low",
+        )?;
+        ensure!(
+            priority(&low) == (Some(100), Some("PreemptLowerPriority".into())),
+            "low: {:?}",
+            priority(&low)
+        );
+        let err = pods::cli_fails(
+            &d,
+            &[
+                "apply",
+                "-f",
+                &pods::manifest_file(&d, &pod("lost", "{}", "  priorityClassName: nope\n"))?
+                    .to_string_lossy(),
+            ],
+        )?;
+        ensure!(
+            err.contains("no PriorityClass with name nope was found"),
+            "unknown class: {err}"
+        );
+        refused(
+            &d,
+            &pod(
+                "high",
+                "{requests: {cpu: 300m}}",
+                "  priorityClassName: high\n",
+            ),
+            "high",
+            "OutOfcpu",
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 300, used: 300, capacity: 500",
+        )?;
+        let crit = run(
+            &d,
+            &pod(
+                "crit",
+                "{requests: {cpu: 300m}}",
+                "  priorityClassName: system-cluster-critical\n",
+            ),
+            "crit",
+        )?;
+        ensure!(
+            priority(&crit).0 == Some(2_000_000_000),
+            "crit: {:?}",
+            priority(&crit)
+        );
+        let low = pods::wait_for(&d, "low", 30, "Failed", |p| pods::phase(p) == "Failed")?;
+        let (r, m) = reason_message(&low);
+        ensure!(
+            r == "Preempting" && m == "Preempted in order to admit critical pod",
+            "low: {r:?} {m:?}"
+        );
+        ensure!(!pods::running(&low, "main"), "the preempted pod still runs");
+        let events = pods::cli(&d, &["events", "low"])?;
+        ensure!(events.contains("Preempting"), "low's events:\n{events}");
+        delete_all(&d, &["low", "high", "crit"])
+    })();
+    cri::with_log(&d, r)
+}
+
+/// The cgroup v1 directory of controller `c` for cgroup `rel` (below the daemon's parent).
+fn v1(c: &str, parent: &str, rel: &str) -> PathBuf {
+    Path::new("/sys/fs/cgroup")
+        .join(c)
+        .join(parent.trim_start_matches('/'))
+        .join(rel)
+}
+
+fn read(dir: &Path, file: &str) -> Result<String> {
+    let p = dir.join(file);
+    Ok(std::fs::read_to_string(&p)
+        .with_context(|| format!("read {}", p.display()))?
+        .trim()
+        .to_string())
+}
+
+fn uid(p: &Pod) -> String {
+    p.metadata.uid.clone().unwrap_or_default()
+}
+
+/// The cgroup (v1 `cpu` hierarchy path) of the pod's `main` container process.
+fn container_cgroup(d: &Daemon, name: &str) -> Result<String> {
+    let out = pods::cli(d, &["get", name, "-o", "json"])?;
+    let p: Pod = serde_json::from_str(&out)?;
+    let id = pods::container(&p, "main")
+        .and_then(|c| c.container_id)
+        .context("container id")?;
+    let id = id.trim_start_matches("bosun://");
+    let dirs = cri::cgroups_below(&d.cgroup_parent());
+    let dir = dirs
+        .iter()
+        .find(|p| p.starts_with("/sys/fs/cgroup/cpu/") && p.ends_with(id))
+        .with_context(|| format!("no cpu cgroup of container {id} in {dirs:?}"))?;
+    Ok(dir.display().to_string())
+}
+
+/// Guaranteed, Burstable and BestEffort pods land in kubepods/pod<uid>,
+/// kubepods/burstable/pod<uid> and kubepods/besteffort/pod<uid> with shares from requests,
+/// CFS quota and memory limits from limits; kubepods carries allocatable; deleting the pods
+/// removes their cgroups.
+fn qos_cgroups_v1() -> Result<()> {
+    let d = small_node(10, "pod_pids_limit = 64\n")?;
+    let r = (|| {
+        let parent = d.cgroup_parent();
+        let g = run(
+            &d,
+            &pod(
+                "guaranteed",
+                "{requests: {cpu: 250m, memory: 64Mi}, limits: {cpu: 250m, memory: 64Mi}}",
+                "",
+            ),
+            "guaranteed",
+        )?;
+        let b = run(
+            &d,
+            &pod(
+                "burstable",
+                "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 200m, memory: 96Mi}}",
+                "",
+            ),
+            "burstable",
+        )?;
+        let e = run(&d, &pod("besteffort", "{}", ""), "besteffort")?;
+        let kubepods = |c: &str| v1(c, &parent, "kubepods");
+        // kubepods: capacity less reservations (500m, 512 MiB).
+        ensure!(read(&kubepods("cpu"), "cpu.shares")? == "512");
+        ensure!(read(&kubepods("memory"), "memory.limit_in_bytes")? == (512i64 << 20).to_string());
+        let gdir = |c: &str| v1(c, &parent, &format!("kubepods/pod{}", uid(&g)));
+        ensure!(read(&gdir("cpu"), "cpu.shares")? == "256");
+        ensure!(read(&gdir("cpu"), "cpu.cfs_quota_us")? == "25000");
+        ensure!(read(&gdir("cpu"), "cpu.cfs_period_us")? == "100000");
+        ensure!(read(&gdir("memory"), "memory.limit_in_bytes")? == (64i64 << 20).to_string());
+        ensure!(read(&gdir("pids"), "pids.max")? == "64");
+        let bdir = |c: &str| v1(c, &parent, &format!("kubepods/burstable/pod{}", uid(&b)));
+        ensure!(read(&bdir("cpu"), "cpu.shares")? == "102");
+        ensure!(read(&bdir("cpu"), "cpu.cfs_quota_us")? == "20000");
+        ensure!(read(&bdir("memory"), "memory.limit_in_bytes")? == (96i64 << 20).to_string());
+        // The burstable cgroup's shares follow its pods' requests.
+        let burstable = v1("cpu", &parent, "kubepods/burstable");
+        ensure!(read(&burstable, "cpu.shares")? == "102");
+        let edir = |c: &str| v1(c, &parent, &format!("kubepods/besteffort/pod{}", uid(&e)));
+        ensure!(read(&edir("cpu"), "cpu.shares")? == "2");
+        ensure!(read(&v1("cpu", &parent, "kubepods/besteffort"), "cpu.shares")? == "2");
+        // The containers run inside their pods' cgroups.
+        for (name, p, qos) in [
+            ("guaranteed", &g, ""),
+            ("burstable", &b, "burstable/"),
+            ("besteffort", &e, "besteffort/"),
+        ] {
+            let cg = container_cgroup(&d, name)?;
+            ensure!(
+                cg.contains(&format!("kubepods/{qos}pod{}/", uid(p))),
+                "{name}: container cgroup {cg}"
+            );
+        }
+        pods::cli(
+            &d,
+            &[
+                "delete",
+                "--wait=true",
+                "guaranteed",
+                "burstable",
+                "besteffort",
+            ],
+        )?;
+        for dir in [gdir("cpu"), gdir("memory"), bdir("cpu"), edir("pids")] {
+            ensure!(!dir.exists(), "left behind: {}", dir.display());
+        }
+        ensure!(
+            read(&burstable, "cpu.shares")? == "2",
+            "burstable shares after delete"
+        );
+        cri::assert_clean(&d)
+    })();
+    cri::with_log(&d, r)
+}
+
+/// A pod whose container holds about `mib` MiB of anonymous memory (busybox tail buffering a
+/// pipe that never closes) under a 300 MiB memory limit.
+fn hog(name: &str, mib: u64) -> String {
+    let bytes = mib << 20;
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: hog
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c, "(head -c {bytes} /dev/zero; exec sleep 3600) | tail -c {bytes} >/dev/null"]
+    resources: {{requests: {{memory: 16Mi}}, limits: {{memory: 300Mi}}}}
+"#
+    )
+}
+
+/// Real memory pressure inside `kubepods` (limit 512 MiB, hard memory.available 350 Mi, so
+/// pods may use about 162 MiB): a hog holding 210 MiB is evicted (Failed, reason Evicted, the
+/// kubelet's message, DisruptionTarget, a Warning event) within a second or two of a 1 s
+/// housekeeping interval; the Guaranteed pod and the higher-priority BestEffort pod stay;
+/// a BestEffort pod applied under MemoryPressure is refused.
+fn memory_eviction() -> Result<()> {
+    let d = small_node_evicting(
+        10,
+        "{ \"memory.available\" = \"350Mi\" }",
+        "housekeeping_interval = \"1s\"\neviction_pressure_transition_period = \"30s\"\n",
+    )?;
+    let r = (|| {
+        write_classes(&d.dir().join("priorityclasses"))?;
+        run(
+            &d,
+            &pod(
+                "steady",
+                "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 100m, memory: 32Mi}}",
+                "",
+            ),
+            "steady",
+        )?;
+        run(
+            &d,
+            &pod("idle", "{}", "  priorityClassName: high\n"),
+            "idle",
+        )?;
+        pods::apply(&d, &hog("hog", 210))?;
+        let running = pods::wait_for(&d, "hog", 60, "running", |p| pods::running(p, "hog"))?;
+        let t = std::time::Instant::now();
+        let p = pods::wait_for(&d, "hog", 30, "evicted", |p| pods::phase(p) == "Failed")?;
+        let took = t.elapsed();
+        println!("hog running to Failed (Evicted) in {took:.2?}");
+        drop(running);
+        let (r, m) = reason_message(&p);
+        ensure!(r == "Evicted", "hog: reason {r:?} ({m})");
+        ensure!(
+            m.starts_with(
+                "The node was low on resource: memory. Threshold quantity: 350Mi, available: "
+            ) && m.contains("Container hog was using ")
+                && m.contains(", request is 16Mi, has larger consumption of memory. "),
+            "hog: message {m:?}"
+        );
+        ensure!(
+            pods::condition(&p, "DisruptionTarget") == "True",
+            "hog: no DisruptionTarget: {:?}",
+            p.status
+        );
+        let events = pods::cli(&d, &["events", "hog"])?;
+        ensure!(
+            events.contains("Warning") && events.contains("Evicted"),
+            "hog's events:\n{events}"
+        );
+        ensure!(
+            took < std::time::Duration::from_secs(10),
+            "eviction took {took:?}"
+        );
+        refused(
+            &d,
+            &pod("late", "{}", ""),
+            "late",
+            "Evicted",
+            "Pod was rejected: The node had condition: [MemoryPressure]. ",
+        )?;
+        let text = node_describe(&d)?;
+        has_line(
+            &text,
+            &["MemoryPressure", "True", "KubeletHasInsufficientMemory"],
+        )?;
+        has_line(
+            &text,
+            &[
+                "Warning",
+                "EvictionThresholdMet",
+                "Attempting to reclaim memory",
+            ],
+        )?;
+        has_line(&text, &["Normal", "NodeHasInsufficientMemory"])?;
+        // One eviction relieved the pressure: the others keep running.
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        for name in ["steady", "idle"] {
+            let p = pods::get(&d, name)?.context(name)?;
+            ensure!(
+                pods::phase(&p) == "Running" && pods::running(&p, "main"),
+                "{name} was touched: {:?}",
+                p.status
+            );
+        }
+        delete_all(&d, &["steady", "idle", "hog", "late"])
+    })();
+    cri::with_log(&d, r)
+}
+
+/// A soft allocatableMemory.available threshold (350Mi of kubepods' 512 MiB, grace 4 s): the
+/// hog is evicted only after the threshold held 4 s, and its stop takes
+/// evictionMaxPodGracePeriod (2 s), not its own 30 s (its shell, pid 1, ignores TERM).
+fn soft_eviction() -> Result<()> {
+    let d = small_node_evicting(
+        10,
+        "{}",
+        "housekeeping_interval = \"1s\"\neviction_max_pod_grace_period = 2\n\
+         eviction_soft = { \"allocatableMemory.available\" = \"350Mi\" }\n\
+         eviction_soft_grace_period = { \"allocatableMemory.available\" = \"4s\" }\n",
+    )?;
+    let r = (|| {
+        pods::apply(&d, &hog("hog", 210))?;
+        pods::wait_for(&d, "hog", 60, "running", |p| pods::running(p, "hog"))?;
+        let t = std::time::Instant::now();
+        let p = pods::wait_for(&d, "hog", 30, "evicted", |p| pods::phase(p) == "Failed")?;
+        let evicted = t.elapsed();
+        let (r, m) = reason_message(&p);
+        ensure!(r == "Evicted", "hog: reason {r:?} ({m})");
+        ensure!(
+            evicted >= std::time::Duration::from_secs(4),
+            "evicted {evicted:?} after running: the 4 s soft grace was not honoured"
+        );
+        let t = std::time::Instant::now();
+        pods::wait_for(&d, "hog", 20, "stopped", |p| !pods::running(p, "hog"))?;
+        let stopped = t.elapsed();
+        println!("soft eviction after {evicted:.2?}; container stopped {stopped:.2?} later");
+        ensure!(
+            stopped < std::time::Duration::from_secs(10),
+            "the evicted pod took {stopped:?} to stop (max pod grace 2 s)"
+        );
+        delete_all(&d, &["hog"])
+    })();
+    cri::with_log(&d, r)
+}
