@@ -1,5 +1,6 @@
 //! Shared fixtures: environment checks with honest skips, the daemon, the registry, test images.
 
+pub mod cgroup;
 pub mod cri;
 pub mod daemon;
 pub mod inproc;
@@ -37,6 +38,8 @@ pub enum Need {
     UserNamespaces,
     /// Loop devices, mkfs.ext4 and fsfreeze (a file system to freeze).
     Freeze,
+    /// systemd as PID 1 on the unified cgroup hierarchy (the VM lane's guest: hack/vm).
+    SystemdV2,
 }
 
 /// Why pods cannot have user namespaces on this machine (`None`: they can); probed once with
@@ -70,6 +73,11 @@ fn unmet(need: Need) -> Option<String> {
         Need::Runc if runc_bin().is_none() => {
             Some("needs runc in PATH or /usr/sbin (apt-get install runc)".into())
         }
+        // Every test that runs containers runs them with the chosen cgroup driver.
+        Need::Runc => cgroup::driver_unmet(),
+        Need::SystemdV2 if !cgroup::systemd_booted() || !cgroup::unified() => Some(
+            "needs systemd as PID 1 and cgroup v2 (runs in the VM lane: hack/vm/run.sh)".into(),
+        ),
         Need::Cni
             if !network::PLUGINS
                 .iter()
