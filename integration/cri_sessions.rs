@@ -757,7 +757,8 @@ fn attach_stuck() -> Result<()> {
             let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
             let growth = || async {
                 let before = size(&log);
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                // Longer on a slow lane: the 256 KiB below must fit in the window.
+                tokio::time::sleep(crate::support::scaled(Duration::from_secs(2))).await;
                 size(&log) - before
             };
             let alone = growth().await;

@@ -44,6 +44,30 @@ for driver in $drivers; do
 "
 done
 rm -f "$log"
+
+# What the whole run left on the node, beyond each test's own check: systemd scopes and
+# slices, cgroups, mounts, processes, bridges and iptables rules of any test daemon.
+leaks=$(
+  {
+    systemctl list-units --all --plain --no-legend 'bosun-*.scope' 'bosun_it_*' 'bosun-it-*' 2>/dev/null
+    find /sys/fs/cgroup -mindepth 1 -maxdepth 3 -type d \
+      \( -name 'bosun-it-*' -o -name 'bosun_it_*' -o -name 'bosun-*.scope' \) 2>/dev/null
+    grep ' /var/tmp/bosun-it-' /proc/mounts
+    ps -eo pid=,args= | grep -E '/var/tmp/bosun-it-' | grep -v -E 'grep|ps -eo'
+    ip -o link show type bridge 2>/dev/null | grep -E ': bt[A-Za-z0-9]+[:@]'
+    iptables-save 2>/dev/null | grep -E 'bosun-it-'
+  } | sed 's/^/  /'
+)
+if [ -n "$leaks" ]; then
+  echo "== node leak check: left behind"
+  echo "$leaks"
+  summary="${summary}node leak check: FAILED
+"
+  status=1
+else
+  summary="${summary}node leak check: clean (units, cgroups, mounts, processes, bridges, iptables)
+"
+fi
 echo "== summary"
 printf '%s' "$summary"
 exit "$status"

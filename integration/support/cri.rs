@@ -381,7 +381,7 @@ pub async fn wait_state(
     want: pb::ContainerState,
     secs: u64,
 ) -> Result<pb::ContainerStatus> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let deadline = Instant::now() + super::scaled(Duration::from_secs(secs));
     loop {
         let s = status(rt, id).await?;
         if state_of(&s) == want {
@@ -559,7 +559,7 @@ pub async fn wait_log(
     secs: u64,
     pred: impl Fn(&[String]) -> bool,
 ) -> Result<Vec<LogLine>> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let deadline = Instant::now() + super::scaled(Duration::from_secs(secs));
     loop {
         let log = if path.exists() {
             read_log(path)?
