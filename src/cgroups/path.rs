@@ -79,7 +79,9 @@ pub fn check_parent(driver: CgroupDriver, parent: &str) -> Result<(), String> {
                 ));
             }
             if parent.split('/').any(|c| c == ".." || c == ".") {
-                return Err(format!("{shown:?}: a cgroup path may not contain . or .."));
+                return Err(format!(
+                    "{shown:?}: a cgroup path may not contain '.' or '..'"
+                ));
             }
             Ok(())
         }
