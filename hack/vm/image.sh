@@ -44,6 +44,9 @@ if [ -f "$out/ok" ]; then
   exit 0
 fi
 
+# Only the cache directory goes to stdout (the caller captures it); the build's chatter
+# (mmdebstrap, mke2fs) goes to stderr.
+exec 3>&1 1>&2
 scratch=$(mktemp -d "${TMPDIR:-/var/tmp}/bosun-vm-build.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 root="$scratch/root"
@@ -97,4 +100,4 @@ for old in "$CACHE"/*/; do
   fi
 done
 echo "vm image: built $key in $(( $(date +%s) - started )) s ($(du -sh --apparent-size "$out/rootfs.img" | cut -f1) apparent, $(du -sh "$out/rootfs.img" | cut -f1) used)" >&2
-echo "$out"
+echo "$out" >&3

@@ -65,6 +65,7 @@ main() {
   [ -n "$it" ] && [ -x "$it" ] || lane_fail "no integration test binary (build failed?)"
 
   image=$(bash "$HERE/image.sh") || lane_fail "guest image build failed"
+  [ -f "$image/ok" ] || lane_fail "image.sh printed ${image:0:200}, not a built image's directory"
   exec 8>"$image/use.lock"
   flock -s 8
 
