@@ -93,6 +93,8 @@ spec:
 /// probe that would fail right now never runs.
 fn startup_gating() -> Result<()> {
     let d = pods::daemon(10, "")?;
+    // Each exec probe's runc exec must fit its timeout on a slow lane too (1 s here).
+    let t = crate::support::time_scale();
     let yaml = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -104,9 +106,9 @@ spec:
     image: {BUSYBOX}
     imagePullPolicy: Never
     command: [sh, -c, "sleep 4; touch /tmp/started; while true; do sleep 1; done"]
-    startupProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, failureThreshold: 20}}
-    livenessProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, failureThreshold: 1}}
-    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1}}
+    startupProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 20}}
+    livenessProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 1}}
+    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1, timeoutSeconds: {t}}}
 "#
     );
     pods::apply(&d, &yaml)?;
@@ -140,6 +142,8 @@ fn readiness_flips() -> Result<()> {
     let d = pods::daemon(10, "")?;
     let m = d.dir().join("ready-dir");
     std::fs::create_dir_all(&m)?;
+    // The exec probe's runc exec must fit its timeout on a slow lane too (1 s here).
+    let t = crate::support::time_scale();
     let yaml = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -151,7 +155,7 @@ spec:
     image: {BUSYBOX}
     imagePullPolicy: Never
     command: [sleep, "1000"]
-    readinessProbe: {{exec: {{command: [test, -f, /m/ready]}}, periodSeconds: 1, failureThreshold: 1}}
+    readinessProbe: {{exec: {{command: [test, -f, /m/ready]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 1}}
     volumeMounts: [{{name: m, mountPath: /m}}]
   volumes:
   - {{name: m, hostPath: {{path: {m:?}}}}}

@@ -228,6 +228,8 @@ fn force_delete() -> Result<()> {
 /// that did not change.
 fn kill9_mid_life() -> Result<()> {
     let mut d = pods::daemon(10, "")?;
+    // The probe's runc exec must fit its timeout on a slow lane too (1 s, the default, here).
+    let timeout = crate::support::time_scale();
     let yaml = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -239,7 +241,7 @@ spec:
     image: {BUSYBOX}
     imagePullPolicy: Never
     command: [sleep, "1000"]
-    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1}}
+    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1, timeoutSeconds: {timeout}}}
 "#
     );
     pods::apply(&d, &yaml)?;
