@@ -41,7 +41,8 @@ pub enum Need {
     /// systemd as PID 1 on the unified cgroup hierarchy (the VM lane's guest: hack/vm).
     SystemdV2,
     /// A machine as fast as the test's timing assumes ([`time_scale`] 1): the test tells
-    /// intervals a second or two apart, which a slower lane cannot (and must not pass blind).
+    /// intervals a second or two apart, or needs a rate only such a machine reaches, which a
+    /// slower lane cannot (and must not pass blind).
     Punctual,
 }
 
@@ -79,7 +80,7 @@ fn unmet(need: Need) -> Option<String> {
         // Every test that runs containers runs them with the chosen cgroup driver.
         Need::Runc => cgroup::driver_unmet(),
         Need::Punctual if time_scale() > 1 => Some(format!(
-            "tells apart intervals a second or two long; this lane runs {}x slower \
+            "needs a machine as fast as its timing assumes; this lane runs {}x slower \
              (BOSUN_TEST_TIME_SCALE), the host run checks it",
             time_scale()
         )),
