@@ -2,8 +2,8 @@
 # Prepares a fresh Debian 12 machine (as root) to build and test bosun:
 # installs the system packages the tests use, checks the preinstalled Rust
 # toolchain, stops the package-started registry/containerd services (tests
-# start their own instances) and builds the offline test images into
-# ./test-images. Safe to run again.
+# start their own instances), builds the offline test images into
+# ./test-images and the VM lane's guest image (hack/vm). Safe to run again.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +22,11 @@ PACKAGES=(
   attr            # getfattr, to check unpacked xattrs
   openssl         # throwaway CA for the TLS registry test
   python3-venv    # the venv for grpcio (a grpc-core client in the hostile-input tests)
+  mmdebstrap      # the VM lane's guest image (hack/vm/image.sh)
 )
+# The VM lane boots its guest with qemu (TCG: no KVM needed). qemu-system-x86 must come from the
+# suite qemu-utils came from, if it is installed (bookworm-backports on some machines).
+VM_PACKAGES=(qemu-system-x86)
 
 # A grpc-core client (Python grpcio from PyPI) for the tests: grpc-core sends the CRI socket
 # path percent-encoded as :authority, which must be accepted (issue 16).
@@ -36,6 +40,12 @@ fi
 echo "setup: installing packages: ${PACKAGES[*]}"
 apt-get update
 DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+qemu_suite=()
+if dpkg-query -W -f '${Version}' qemu-utils 2>/dev/null | grep -q '~bpo'; then
+  qemu_suite=(-t bookworm-backports)
+fi
+echo "setup: installing the VM lane's packages: ${VM_PACKAGES[*]} ${qemu_suite[*]}"
+DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${qemu_suite[@]}" "${VM_PACKAGES[@]}"
 
 if ! command -v cargo >/dev/null 2>&1 && [ -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
   export PATH="${HOME:-/root}/.cargo/bin:$PATH"
@@ -68,6 +78,8 @@ fi
 # The grpc.health.v1 server of the grpc-health test image (grpc probe tests and examples/grpc.yaml).
 cargo build --release --example grpc-health
 python3 hack/testimages.py build --out test-images
+# The VM lane's guest (Debian 12, systemd, cgroup v2), cached under /var/cache/bosun-vm.
+vm_image=$(bash hack/vm/image.sh)
 
 images=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["images"]))' test-images/manifest.json)
-echo "setup: ok: packages installed, $(cargo --version), $images test images in $ROOT/test-images"
+echo "setup: ok: packages installed, $(cargo --version), $images test images in $ROOT/test-images, VM lane image $vm_image"

@@ -5,6 +5,7 @@
 use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
+use crate::support::cgroup;
 use crate::support::cri::{self, map, Pod, Rt, NEEDS};
 use crate::support::{block_on, trial};
 
@@ -842,15 +843,33 @@ fn update_resources() -> Result<()> {
     let busybox = cri::import(&d, "busybox")?;
     let parent = d.cgroup_parent();
     let read = |controller: &str, id: &str, file: &str| -> String {
-        let p = std::path::Path::new("/sys/fs/cgroup")
-            .join(controller)
-            .join(parent.trim_start_matches('/'))
-            .join(id)
-            .join(file);
-        std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .trim()
-            .to_string()
+        cgroup::read(&cgroup::container_dir(&parent, id), controller, file).unwrap_or_default()
+    };
+    // What the cgroup files say: v1 (memory limit, shares, quota, period) or v2 (memory.max,
+    // cpu.weight converted from the shares as runc does, cpu.max).
+    let limits = |id: &str| -> Vec<String> {
+        if cgroup::unified() {
+            vec![
+                read("memory", id, "memory.max"),
+                read("cpu", id, "cpu.weight"),
+                read("cpu", id, "cpu.max"),
+            ]
+        } else {
+            vec![
+                read("memory", id, "memory.limit_in_bytes"),
+                read("cpu", id, "cpu.shares"),
+                format!(
+                    "{} {}",
+                    read("cpu", id, "cpu.cfs_quota_us"),
+                    read("cpu", id, "cpu.cfs_period_us")
+                ),
+            ]
+        }
+    };
+    let (shares_512, shares_1024, no_quota) = if cgroup::unified() {
+        ("20", "39", "max 100000")
+    } else {
+        ("512", "1024", "-1 100000")
     };
     cri::with_log(
         &d,
@@ -865,12 +884,15 @@ fn update_resources() -> Result<()> {
             }
             let id = cri::create_start(&mut rt, &pod, &c).await?;
             cri::wait_state(&mut rt, &id, pb::ContainerState::ContainerRunning, 10).await?;
+            let initial = limits(&id);
             ensure!(
-                read("memory", &id, "memory.limit_in_bytes") == (64u64 << 20).to_string()
-                    && read("cpu", &id, "cpu.shares") == "512",
-                "initial limits: memory {:?} shares {:?}",
-                read("memory", &id, "memory.limit_in_bytes"),
-                read("cpu", &id, "cpu.shares")
+                initial
+                    == [
+                        (64u64 << 20).to_string(),
+                        shares_512.into(),
+                        no_quota.into()
+                    ],
+                "initial limits (memory, cpu weight, quota): {initial:?}"
             );
             let new = pb::LinuxContainerResources {
                 memory_limit_in_bytes: 128 << 20,
@@ -886,20 +908,14 @@ fn update_resources() -> Result<()> {
             })
             .await
             .context("UpdateContainerResources")?;
-            let got = (
-                read("memory", &id, "memory.limit_in_bytes"),
-                read("cpu", &id, "cpu.shares"),
-                read("cpu", &id, "cpu.cfs_quota_us"),
-                read("cpu", &id, "cpu.cfs_period_us"),
-            );
+            let got = limits(&id);
             ensure!(
-                got == (
+                got == [
                     (128u64 << 20).to_string(),
-                    "1024".into(),
-                    "50000".into(),
-                    "100000".into()
-                ),
-                "cgroup after update: {got:?}"
+                    shares_1024.into(),
+                    "50000 100000".into()
+                ],
+                "cgroup after update (memory, cpu weight, quota): {got:?}"
             );
             let s = cri::status(&mut rt, &id).await?;
             let linux = s

@@ -107,7 +107,8 @@ fn output_and_timeout() -> Result<()> {
                         &mut c,
                         &id,
                         &["sh", "-c", &format!("echo {i}; exit {}", i % 3)],
-                        10,
+                        // Twelve runc execs at once: a slow lane needs longer.
+                        10 * i64::from(crate::support::time_scale()),
                     )
                     .await
                 }));

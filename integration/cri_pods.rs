@@ -335,7 +335,7 @@ fn lifecycle() -> Result<()> {
             eprintln!("StopPodSandbox with 2 running containers: {took:?}");
             // No grace: the containers' PID 1 ignores TERM, only an immediate KILL is this fast.
             ensure!(
-                took < std::time::Duration::from_secs(2),
+                took < crate::support::scaled(std::time::Duration::from_secs(2)),
                 "StopPodSandbox took {took:?}"
             );
             let st = cri::pod_status(&mut rt, &id).await?;

@@ -97,7 +97,17 @@ fn kill9_and_restart() -> Result<()> {
                 "i=0; while :; do echo tick $i; i=$((i+1)); sleep 0.2; done",
             );
             let ticker = cri::create_start(&mut rt, &pod, &t).await?;
-            let q = cri::sh_config(&pod, "quitter", &busybox, "echo started; sleep 3; exit 7");
+            // Still running when the daemon is killed, ended before it is back (a slower
+            // machine gets a longer sleep: see time_scale).
+            let q = cri::sh_config(
+                &pod,
+                "quitter",
+                &busybox,
+                &format!(
+                    "echo started; sleep {}; exit 7",
+                    3 * crate::support::time_scale()
+                ),
+            );
             let quitter = cri::create_start(&mut rt, &pod, &q).await?;
             // Created, not started: its init waits inside `runc create` under its monitor.
             let l = cri::sh_config(&pod, "late", &busybox, "echo late-start; exec sleep 1000");
@@ -122,7 +132,9 @@ fn kill9_and_restart() -> Result<()> {
     let len_at_kill = log_len(&tick_log);
     // The quitter exits while the daemon is down; its monitor records it and goes.
     ensure!(
-        wait_until(10, || cri::monitors_of(&quitter).is_empty()),
+        wait_until(10 * u64::from(crate::support::time_scale()), || {
+            cri::monitors_of(&quitter).is_empty()
+        }),
         "the quitter's monitor is still there 10 s later"
     );
     ensure!(

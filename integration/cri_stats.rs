@@ -1,12 +1,12 @@
 //! Stats and metrics with real runc containers: ContainerStats and PodSandboxStats against the cgroup files, filters, metrics, `/metrics`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
+use crate::support::cgroup;
 use crate::support::cri::{self, Rt, NEEDS};
 use crate::support::{block_on, images_manifest, trial, wait_until, Daemon, Need, Registry};
 
@@ -34,34 +34,6 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 const SHM_BYTES: u64 = 48 << 20;
 /// Slack between a cgroup file read by the test and the daemon's reading of it.
 const MEM_SLACK: u64 = 2 << 20;
-
-/// `/sys/fs/cgroup/<controller>/<dir>/<file>`.
-fn cg_path(controller: &str, dir: &str, file: &str) -> PathBuf {
-    PathBuf::from("/sys/fs/cgroup")
-        .join(controller)
-        .join(dir.trim_start_matches('/'))
-        .join(file)
-}
-
-fn cg_u64(controller: &str, dir: &str, file: &str) -> Result<u64> {
-    let p = cg_path(controller, dir, file);
-    let text = std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
-    text.trim()
-        .parse()
-        .with_context(|| format!("{}: {text:?}", p.display()))
-}
-
-fn memory_stat(dir: &str) -> Result<HashMap<String, u64>> {
-    let p = cg_path("memory", dir, "memory.stat");
-    let text = std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            Some((k.to_string(), v.trim().parse().ok()?))
-        })
-        .collect())
-}
 
 /// Checks that `got` lies within the readings taken just before and after it, give or take
 /// `slack`.
@@ -154,8 +126,9 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
         .as_ref()
         .map(|m| m.uid.clone())
         .unwrap_or_default();
-    // A cgroup of the pod's own, as the kubelet gives each pod.
-    let pod_cgroup = format!("{}/pod-{uid}", d.cgroup_parent());
+    // A cgroup of the pod's own, as the kubelet gives each pod (in the driver's form).
+    let pod_cgroup = cgroup::pod_parent(&d.cgroup_parent(), &uid);
+    let pod_dir = cgroup::parent_dir(&pod_cgroup);
     if let Some(l) = config.linux.as_mut() {
         l.cgroup_parent = pod_cgroup.clone();
     }
@@ -177,18 +150,17 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
     })
     .await?;
     let (mem_cg, burn_cg) = (
-        format!("{pod_cgroup}/{mem}"),
-        format!("{pod_cgroup}/{burn}"),
+        cgroup::container_dir(&pod_cgroup, &mem),
+        cgroup::container_dir(&pod_cgroup, &burn),
     );
     let mut stats_calls = 0;
 
     // Memory: usage, working set and RSS equal the cgroup files read around the call.
-    let before = cg_u64("memory", &mem_cg, "memory.usage_in_bytes")?;
-    let stat_before = memory_stat(&mem_cg)?;
+    let files_before = cgroup::memory(&mem_cg)?;
     let s = container_stats(&mut rt, &mem).await?;
     stats_calls += 1;
-    let after = cg_u64("memory", &mem_cg, "memory.usage_in_bytes")?;
-    let stat_after = memory_stat(&mem_cg)?;
+    let files_after = cgroup::memory(&mem_cg)?;
+    let (before, after) = (files_before.usage, files_after.usage);
     let m = s.memory.as_ref().context("no memory stats")?;
     let usage = v(&m.usage_bytes).context("no usage")?;
     eprintln!("mem container: usage {usage} (files {before}, {after}), stats {m:?}");
@@ -197,30 +169,34 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
         "usage {usage} < the {SHM_BYTES} bytes written to tmpfs"
     );
     between("memory usage", usage, before, after, MEM_SLACK)?;
-    let ws = |total: u64, st: &HashMap<String, u64>| {
-        total.saturating_sub(st.get("total_inactive_file").copied().unwrap_or(0))
-    };
     between(
         "working set",
         v(&m.working_set_bytes).context("no working set")?,
-        ws(before, &stat_before),
-        ws(after, &stat_after),
+        files_before.working_set(),
+        files_after.working_set(),
         MEM_SLACK,
     )?;
     between(
         "rss",
         v(&m.rss_bytes).context("no rss")?,
-        stat_before["total_rss"],
-        stat_after["total_rss"],
+        files_before.rss,
+        files_after.rss,
         MEM_SLACK,
     )?;
     between(
         "page faults",
         v(&m.page_faults).context("no page faults")?,
-        stat_before["total_pgfault"],
-        stat_after["total_pgfault"],
+        files_before.pgfault,
+        files_after.pgfault,
         1000,
     )?;
+    // Pressure stall information: cgroup v2 has it, v1 does not.
+    ensure!(
+        m.psi.is_some() == cgroup::unified(),
+        "memory PSI {:?} on a {} host",
+        m.psi,
+        if cgroup::unified() { "v2" } else { "v1" }
+    );
     ensure!(
         v(&m.available_bytes).is_none(),
         "no limit set, yet available bytes: {m:?}"
@@ -229,7 +205,7 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
     // CPU: cumulative equals cpuacct.usage, grows, and stays under wall time × cores; the
     // rate of a busy loop is about one core.
     let s1 = container_stats(&mut rt, &burn).await?;
-    let f1 = cg_u64("cpuacct", &burn_cg, "cpuacct.usage")?;
+    let f1 = cgroup::cpu_usage_ns(&burn_cg)?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let s2 = container_stats(&mut rt, &burn).await?;
     stats_calls += 2;
@@ -238,12 +214,12 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
     let cpu = |s: &pb::ContainerStats| s.cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds));
     let (c1, c2) = (cpu(&s1).context("no cpu")?, cpu(&s2).context("no cpu")?);
     eprintln!(
-        "burn container: cpu {c1} then {c2} ns; cpuacct.usage {f1}; {:?}",
+        "burn container: cpu {c1} then {c2} ns; cgroup cpu usage {f1}; {:?}",
         s2.cpu
     );
     ensure!(
         c1 <= f1 && f1 - c1 < 500_000_000,
-        "cpu {c1} vs cpuacct.usage {f1} read after"
+        "cpu {c1} vs the cgroup's cpu usage {f1} read after"
     );
     ensure!(c2 > c1, "cpu usage did not grow: {c1} → {c2}");
     ensure!(
@@ -344,11 +320,11 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
         "traffic: {}",
         String::from_utf8_lossy(&r.stderr)
     );
-    let pids_before = cg_u64("pids", &pod_cgroup, "pids.current")?;
-    let mem_before = cg_u64("memory", &pod_cgroup, "memory.usage_in_bytes")?;
+    let pids_before = cgroup::read_u64(&pod_dir, "pids", "pids.current")?;
+    let mem_before = cgroup::memory(&pod_dir)?.usage;
     let p1 = pod_stats(&mut rt, &pod.id).await?;
-    let pids_after = cg_u64("pids", &pod_cgroup, "pids.current")?;
-    let mem_after = cg_u64("memory", &pod_cgroup, "memory.usage_in_bytes")?;
+    let pids_after = cgroup::read_u64(&pod_dir, "pids", "pids.current")?;
+    let mem_after = cgroup::memory(&pod_dir)?.usage;
     let (rx1, tx1) = lo(&p1).context("no lo counters")?;
     eprintln!("pod lo: rx {rx0} → {rx1}, tx {tx0} → {tx1}");
     ensure!(
@@ -511,7 +487,7 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
         .find(|m| m.name == "container_processes")
         .and_then(|m| v(&m.value))
         .context("no container_processes")?;
-    let tasks = cg_u64("pids", &mem_cg, "pids.current")?;
+    let tasks = cgroup::read_u64(&mem_cg, "pids", "pids.current")?;
     ensure!(
         procs_metric == tasks,
         "container_processes {procs_metric}, pids.current {tasks}"
@@ -571,18 +547,8 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
     cri::remove_pod(&mut rt, &pod.id).await?;
     // The pod cgroup is the kubelet's to remove (bosun made none of its own); the daemon's
     // drop would scrub it too.
-    remove_cgroup(&pod_cgroup);
+    cgroup::remove_pod_parent(&pod_cgroup);
     cri::assert_clean(d)
-}
-
-/// Removes cgroup `dir` from every v1 hierarchy (and the unified one) where it exists.
-fn remove_cgroup(dir: &str) {
-    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
-    };
-    for h in hierarchies.flatten() {
-        let _ = std::fs::remove_dir(h.path().join(dir.trim_start_matches('/')));
-    }
 }
 
 /// ListContainerStats over 100 running containers (10 pods × 10), timed; and the cost of
@@ -641,7 +607,7 @@ async fn hundred(d: &Daemon, busybox: &str) -> Result<()> {
     let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
     eprintln!("ListContainerStats, 100 running containers, 50 calls: p50 {p50:?} p99 {p99:?} (layers cached for {:?})", bosun::runtime::stats::LAYER_TTL);
     ensure!(
-        p99 < Duration::from_secs(2),
+        p99 < crate::support::scaled(Duration::from_secs(2)),
         "ListContainerStats p99 {p99:?}"
     );
 

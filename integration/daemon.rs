@@ -99,9 +99,16 @@ fn version_status_and_runtime_config() -> anyhow::Result<()> {
             .runtime_config(pb::RuntimeConfigRequest {})
             .await?
             .into_inner();
+        // The driver the test daemons run with (cgroupfs unless the lane asks for systemd),
+        // answered explicitly (the enum's default is SYSTEMD).
+        let want = match crate::support::cgroup::driver() {
+            crate::support::cgroup::Driver::Cgroupfs => pb::CgroupDriver::Cgroupfs,
+            crate::support::cgroup::Driver::Systemd => pb::CgroupDriver::Systemd,
+        };
         ensure!(
-            rc.linux.map(|l| l.cgroup_driver) == Some(pb::CgroupDriver::Cgroupfs as i32),
-            "cgroupfs must be answered explicitly"
+            rc.linux.map(|l| l.cgroup_driver) == Some(want as i32),
+            "RuntimeConfig must answer {want:?}: {:?}",
+            rc.linux
         );
         let out = d.cli(&["version"])?;
         ensure!(out.status.success(), "{out:?}");

@@ -7,7 +7,7 @@ use bosun::proto::runtime::v1 as pb;
 use tonic::Code;
 
 use crate::support::cri::{self, Pod};
-use crate::support::Daemon;
+use crate::support::{cgroup, Daemon};
 
 /// One request.
 #[derive(Debug, Clone)]
@@ -172,6 +172,17 @@ fn sandboxes(out: &mut Vec<Case>, d: &Daemon) {
     let linux = |f: &dyn Fn(&mut pb::LinuxPodSandboxConfig)| {
         with(&|c| f(c.linux.get_or_insert_with(Default::default)))
     };
+    // What is wrong with a parent depends on the daemon's cgroup driver (paths or slices).
+    let (not_parent, other_driver): ([&'static [&'static str]; 2], &str) = match cgroup::driver() {
+        cgroup::Driver::Cgroupfs => (
+            [&["cgroup_parent", "absolute"], &["cgroup_parent", "'..'"]],
+            "kubepods-burstable.slice",
+        ),
+        cgroup::Driver::Systemd => (
+            [&["cgroup_parent", "slice"], &["cgroup_parent", "slice"]],
+            "/kubepods/burstable",
+        ),
+    };
     let ns = |f: &dyn Fn(&mut pb::NamespaceOption)| {
         linux(&|l| {
             let sc = l.security_context.get_or_insert_with(Default::default);
@@ -222,9 +233,10 @@ fn sandboxes(out: &mut Vec<Case>, d: &Daemon) {
         ("host sysctl kernel.panic", linux(&|l| l.sysctls = cri::map(&[("kernel.panic", "1")])), invalid(&["kernel.panic", "not namespaced"])),
         ("sysctl value of two lines", linux(&|l| l.sysctls = cri::map(&[("net.ipv4.ip_forward", "1\n0")])), invalid(&["net.ipv4.ip_forward", "one line"])),
         ("sysctl escaping /proc/sys", linux(&|l| l.sysctls = cri::map(&[("net/../../kernel/panic", "1")])), invalid(&["sysctl"])),
-        ("relative cgroup_parent", linux(&|l| l.cgroup_parent = "kubepods".into()), invalid(&["cgroup_parent", "absolute"])),
-        ("cgroup_parent with '..'", linux(&|l| l.cgroup_parent = "/kubepods/../../../sys".into()), invalid(&["cgroup_parent", "'..'"])),
+        ("relative cgroup_parent", linux(&|l| l.cgroup_parent = "kubepods".into()), invalid(not_parent[0])),
+        ("cgroup_parent with '..'", linux(&|l| l.cgroup_parent = "/kubepods/../../../sys".into()), invalid(not_parent[1])),
         ("cgroup_parent with ':'", linux(&|l| l.cgroup_parent = "/a:b".into()), invalid(&["cgroup_parent"])),
+        ("cgroup_parent of the other driver", linux(&|l| l.cgroup_parent = other_driver.into()), invalid(&["cgroup_parent", "cgroupDriver"])),
         ("annotations of 1 MiB", with(&|c| c.annotations = cri::map(&[("big", &"a".repeat(1 << 20))])), invalid(&["annotations", "at most"])),
         ("labels of 100 KiB", with(&|c| c.labels = cri::map(&[("big", &"l".repeat(100 << 10))])), invalid(&["labels", "at most"])),
     ];

@@ -765,10 +765,21 @@ fn kill9_mid_pull_then_pull_again() -> anyhow::Result<()> {
             Ok::<_, anyhow::Error>(())
         });
     });
+    // Killed mid-pull once the small base layer is stored (verified): on a slow machine the
+    // bytes the proxy sent can be ahead of what the daemon has written.
+    let base_blob = images_manifest()["big"]["layers"][0]["digest"]
+        .as_str()
+        .map(|digest| {
+            d.root()
+                .join("content/blobs/sha256")
+                .join(digest.trim_start_matches("sha256:"))
+        })
+        .context("base layer")?;
     ensure!(
         crate::support::wait_until(30, || proxy.sent.load(std::sync::atomic::Ordering::Relaxed)
-            > 8 << 20),
-        "pull did not start"
+            > 8 << 20
+            && base_blob.exists()),
+        "pull did not start, or the base layer was not stored"
     );
     d.kill9();
     let _ = puller.join();

@@ -1,5 +1,6 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
+mod cgroups;
 mod crash_churn;
 mod crash_cni;
 mod crash_lock;
@@ -34,6 +35,7 @@ mod pod_termination;
 mod runc;
 mod sandbox;
 mod support;
+mod systemd;
 
 fn main() {
     // In-process runtimes (support::inproc) run this binary as their monitor and pod helpers:
@@ -49,6 +51,7 @@ fn main() {
     }
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
+    trials.extend(cgroups::trials());
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_stop::trials());
@@ -81,5 +84,6 @@ fn main() {
     trials.extend(pod_termination::trials());
     trials.extend(runc::trials());
     trials.extend(sandbox::trials());
+    trials.extend(systemd::trials());
     libtest_mimic::run(&args, trials).exit();
 }

@@ -64,14 +64,19 @@ spec:
 "#
     );
     pods::apply(&d, &yaml)?;
+    // Timed from the first run (the pod's start is the machine's speed, not the grace's).
+    pods::wait_for(&d, "live", 30, "running", |p| pods::running(p, "main"))?;
     let t = Instant::now();
     let p = pods::wait_for(&d, "live", 30, "a restart", |p| {
         pods::restarts(p, "main") >= 1 && pods::running(p, "main")
     })?;
     let took = t.elapsed();
     println!("liveness restart after {took:.2?}");
-    // 2 s alive + 2 failures at 1 s + 1 s grace + back-off 1 s ≈ 6 s; 30 s grace would be > 30.
-    ensure!(took < Duration::from_secs(15), "restart took {took:?}");
+    // ≤ 2 s alive + 2 failures at 1 s + 1 s grace + back-off 1 s ≈ 6 s; 30 s grace would be > 30.
+    ensure!(
+        took < crate::support::scaled(Duration::from_secs(15)).min(Duration::from_secs(29)),
+        "restart took {took:?}"
+    );
     let last = pods::container(&p, "main")
         .and_then(|c| c.last_state)
         .and_then(|s| s.terminated)
@@ -90,6 +95,8 @@ spec:
 /// probe that would fail right now never runs.
 fn startup_gating() -> Result<()> {
     let d = pods::daemon(10, "")?;
+    // Each exec probe's runc exec must fit its timeout on a slow lane too (1 s here).
+    let t = crate::support::time_scale();
     let yaml = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -101,9 +108,9 @@ spec:
     image: {BUSYBOX}
     imagePullPolicy: Never
     command: [sh, -c, "sleep 4; touch /tmp/started; while true; do sleep 1; done"]
-    startupProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, failureThreshold: 20}}
-    livenessProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, failureThreshold: 1}}
-    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1}}
+    startupProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 20}}
+    livenessProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 1}}
+    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1, timeoutSeconds: {t}}}
 "#
     );
     pods::apply(&d, &yaml)?;
@@ -137,6 +144,8 @@ fn readiness_flips() -> Result<()> {
     let d = pods::daemon(10, "")?;
     let m = d.dir().join("ready-dir");
     std::fs::create_dir_all(&m)?;
+    // The exec probe's runc exec must fit its timeout on a slow lane too (1 s here).
+    let t = crate::support::time_scale();
     let yaml = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -148,7 +157,7 @@ spec:
     image: {BUSYBOX}
     imagePullPolicy: Never
     command: [sleep, "1000"]
-    readinessProbe: {{exec: {{command: [test, -f, /m/ready]}}, periodSeconds: 1, failureThreshold: 1}}
+    readinessProbe: {{exec: {{command: [test, -f, /m/ready]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 1}}
     volumeMounts: [{{name: m, mountPath: /m}}]
   volumes:
   - {{name: m, hostPath: {{path: {m:?}}}}}

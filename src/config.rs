@@ -231,7 +231,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Size in bytes of each pod's shared `/dev/shm` tmpfs.
     pub shm_size: u64,
-    /// cgroup parent of containers whose pod names none (cgroupfs path or systemd slice).
+    /// cgroup parent of containers whose pod names none (cgroupfs path or systemd slice);
+    /// empty: the driver's default (`/bosun` for cgroupfs, `bosun.slice` for systemd).
     pub default_cgroup_parent: String,
     /// `host:port` of the Prometheus `/metrics` endpoint; empty (the default): not served.
     /// Port 0 picks a free port; the bound address is written to `<state>/metrics.address`.
@@ -261,7 +262,7 @@ impl Default for Config {
             log_level: "info".to_string(),
             log_format: LogFormat::default(),
             shm_size: crate::sandbox::DEFAULT_SHM_SIZE,
-            default_cgroup_parent: "/bosun".to_string(),
+            default_cgroup_parent: String::new(),
             metrics_address: String::new(),
             image: ImageConfig::default(),
             registry: Default::default(),

@@ -24,6 +24,12 @@ fn main() -> std::process::ExitCode {
         _ => {}
     }
     let cli = Cli::parse();
+    // systemd's readiness socket, taken out of the environment while this process is still
+    // single-threaded (nothing the daemon spawns may inherit it).
+    let notifier = match cli.command {
+        Command::Daemon(_) => bosun::daemon::notify::Notifier::take_from_env(),
+        _ => None,
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -40,7 +46,7 @@ fn main() -> std::process::ExitCode {
             Command::Daemon(ref args) => {
                 let config = args.resolve(cli.socket.clone())?;
                 bosun::daemon::logging::init(&config.log_level, config.log_format);
-                bosun::daemon::run(config)
+                bosun::daemon::run(config, notifier)
                     .await
                     .map_err(anyhow::Error::from)
             }

@@ -381,7 +381,7 @@ pub async fn wait_state(
     want: pb::ContainerState,
     secs: u64,
 ) -> Result<pb::ContainerStatus> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let deadline = Instant::now() + super::scaled(Duration::from_secs(secs));
     loop {
         let s = status(rt, id).await?;
         if state_of(&s) == want {
@@ -559,7 +559,7 @@ pub async fn wait_log(
     secs: u64,
     pred: impl Fn(&[String]) -> bool,
 ) -> Result<Vec<LogLine>> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let deadline = Instant::now() + super::scaled(Duration::from_secs(secs));
     loop {
         let log = if path.exists() {
             read_log(path)?
@@ -731,9 +731,11 @@ pub fn zombies_of(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// The cgroup directories `<hierarchy>/<parent>` (v1 hierarchies and the v2 root) that exist.
+/// The cgroup directories `<hierarchy>/<parent>` (v1 hierarchies and the v2 root) that exist;
+/// a systemd slice name is expanded to its path.
 pub fn cgroup_parent_dirs(parent: &str) -> Vec<PathBuf> {
-    let rel = parent.trim_start_matches('/');
+    let dir = super::cgroup::parent_dir(parent);
+    let rel = dir.trim_start_matches('/');
     if rel.is_empty() {
         return Vec::new();
     }
@@ -767,13 +769,31 @@ pub fn cgroups_below(parent: &str) -> Vec<PathBuf> {
     out
 }
 
-/// The cgroups of container `id` under `parent`, in every hierarchy.
+/// The cgroups of container `id` under `parent`, in every hierarchy (`<id>`, or the
+/// `bosun-<id>.scope` of the systemd driver).
 pub fn cgroups_of(parent: &str, id: &str) -> Vec<PathBuf> {
     cgroup_parent_dirs(parent)
         .into_iter()
-        .map(|d| d.join(id))
+        .flat_map(|d| [d.join(id), d.join(format!("bosun-{id}.scope"))])
         .filter(|d| d.is_dir())
         .collect()
+}
+
+/// The pid of container `id`'s init as runc records it (`runc state`).
+pub fn init_pid(d: &Daemon, id: &str) -> Result<i64> {
+    let runc = runc_bin().context("runc")?;
+    let out = std::process::Command::new(runc)
+        .arg("--root")
+        .arg(d.state().join("runc"))
+        .args(["state", id])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "runc state {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    v["pid"].as_i64().context("runc state without a pid")
 }
 
 /// The ids runc knows under `<state>/runc`.
@@ -838,6 +858,12 @@ pub fn leftovers(d: &Daemon) -> Vec<String> {
     for cg in cgroups_below(&d.cgroup_parent()) {
         if !is_qos_skeleton(&cg) {
             out.push(format!("cgroup {}", cg.display()));
+        }
+    }
+    // systemd driver: scopes (running or failed) of the daemon's slice and the slices below it.
+    if let Some(base) = d.cgroup_parent().strip_suffix(".slice") {
+        for unit in super::cgroup::units_with_prefix(&format!("{base}-")) {
+            out.push(format!("unit {unit}"));
         }
     }
     out
@@ -988,6 +1014,8 @@ pub fn scrub(dir: &Path, state: &Path, cgroup_parent: &str) {
             }
         }
     }
+    // The systemd driver's slice: stopping it stops every scope and slice below it.
+    super::cgroup::stop_slice(cgroup_parent);
     let mut cgroups = cgroups_below(cgroup_parent);
     cgroups.extend(cgroup_parent_dirs(cgroup_parent));
     let removed = wait_until(5, || {

@@ -10,15 +10,22 @@ use bosun::proto::runtime::v1::image_service_client::ImageServiceClient;
 use bosun::proto::runtime::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
 
-use super::{scratch, wait_until};
+use super::{cgroup, scratch, wait_until};
 
 /// The binary under test.
 pub const BOSUN: &str = env!("CARGO_BIN_EXE_bosun");
+/// The unit file shipped in the repository.
+pub const UNIT_FILE: &str = "contrib/systemd/bosun.service";
+/// Where [`Daemon::start_unit`] installs units (runtime units: gone at reboot).
+const UNIT_DIR: &str = "/run/systemd/system";
 
-/// A running daemon owned by one test.
+/// A running daemon owned by one test: a child process, or a systemd unit made from the
+/// repository's `contrib/systemd/bosun.service` ([`Daemon::start_unit`]).
 pub struct Daemon {
     dir: tempfile::TempDir,
     child: Option<Child>,
+    unit: Option<String>,
+    env: Vec<(String, String)>,
     config: String,
     net: super::network::TestNet,
     /// `BOSUN_FAILPOINTS` for the next start (see src/failpoint.rs).
@@ -27,30 +34,132 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts a daemon with `config` (TOML, `@DIR@` and `@CGROUP@` replaced) added to the test's
-    /// paths.
+    /// paths, with the cgroup driver of [`cgroup::driver`] unless `config` names one.
     pub fn start(config: &str) -> anyhow::Result<Daemon> {
+        Self::start_with_env(config, &[])
+    }
+
+    /// [`Daemon::start`] with `env` added to the daemon's environment.
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> anyhow::Result<Daemon> {
+        let mut d = Self::prepare(config)?;
+        d.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        d.spawn()?;
+        Ok(d)
+    }
+
+    /// [`Daemon::start`] as a systemd service: the repository's unit file with only its
+    /// ExecStart (this test's binary and paths) and output (the test's log) overridden;
+    /// `systemctl start` returns when the daemon says READY. Needs systemd as PID 1.
+    pub fn start_unit(config: &str) -> anyhow::Result<Daemon> {
+        let mut d = Self::prepare(config)?;
+        let name = d
+            .dir
+            .path()
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
+        d.unit = Some(format!("{name}.service"));
+        d.install_unit()?;
+        d.spawn()?;
+        Ok(d)
+    }
+
+    fn prepare(config: &str) -> anyhow::Result<Daemon> {
         let dir = scratch()?;
         // Each daemon gets its own pod network; keys of a [network] section the test brings win.
         let net = super::network::TestNet::new(dir.path())?;
         // `@DIR@`: the daemon's scratch dir; `@CGROUP@`: its cgroup parent (see cgroup_parent).
         let name = dir.path().file_name().unwrap_or_default().to_string_lossy();
-        let config = config
+        let mut config = config
             .replace("@DIR@", &dir.path().to_string_lossy())
-            .replace("@CGROUP@", &format!("/{name}"));
+            .replace("@CGROUP@", &cgroup::daemon_parent(&name));
+        if !config.contains("cgroup_driver") {
+            config = format!("cgroup_driver = {:?}\n{config}", cgroup::driver().name());
+        }
         let config = net.merge_into(&config);
-        let mut d = Daemon {
+        let d = Daemon {
             dir,
             child: None,
+            unit: None,
+            env: Vec::new(),
             config,
             net,
             failpoints: None,
         };
         std::fs::write(d.dir.path().join("config.toml"), &d.config)?;
-        d.spawn()?;
         Ok(d)
     }
 
+    /// The daemon's command line.
+    fn argv(&self) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = vec!["--socket".into(), self.socket().into()];
+        v.push("daemon".into());
+        v.push("--config".into());
+        v.push(self.dir.path().join("config.toml").into());
+        v.push("--root".into());
+        v.push(self.root().into());
+        v.push("--state".into());
+        v.push(self.state().into());
+        v.extend(["--log-level".into(), "debug".into()]);
+        v
+    }
+
+    /// Writes `/run/systemd/system/<unit>` (the repository's unit file) and a drop-in with
+    /// this daemon's command line and log file.
+    fn install_unit(&self) -> anyhow::Result<()> {
+        let unit = self.unit.as_deref().context("not a unit")?;
+        let text = std::fs::read_to_string(super::repo_root().join(UNIT_FILE))
+            .with_context(|| format!("read {UNIT_FILE}"))?;
+        let dir = Path::new(UNIT_DIR);
+        std::fs::write(dir.join(unit), text)?;
+        let dropin = dir.join(format!("{unit}.d"));
+        std::fs::create_dir_all(&dropin)?;
+        let exec: Vec<String> = std::iter::once(BOSUN.into())
+            .chain(self.argv().iter().map(|a| a.to_string_lossy().into_owned()))
+            .collect();
+        let log = self.log_path();
+        std::fs::write(
+            dropin.join("test.conf"),
+            format!(
+                "[Service]\nExecStart=\nExecStart={}\nStandardOutput=append:{}\n\
+                 StandardError=append:{}\n",
+                exec.join(" "),
+                log.display(),
+                log.display()
+            ),
+        )?;
+        cgroup::systemctl(&["daemon-reload"])?;
+        Ok(())
+    }
+
+    /// Removes the unit (stopped first) and its drop-in.
+    fn uninstall_unit(&self) {
+        let Some(unit) = self.unit.as_deref() else {
+            return;
+        };
+        let _ = cgroup::systemctl(&["stop", unit]);
+        let _ = cgroup::systemctl(&["reset-failed", unit]);
+        let dir = Path::new(UNIT_DIR);
+        let _ = std::fs::remove_dir_all(dir.join(format!("{unit}.d")));
+        let _ = std::fs::remove_file(dir.join(unit));
+        let _ = cgroup::systemctl(&["daemon-reload"]);
+    }
+
+    /// The systemd unit running this daemon, for [`Daemon::start_unit`] daemons.
+    pub fn unit(&self) -> Option<&str> {
+        self.unit.as_deref()
+    }
+
     fn spawn(&mut self) -> anyhow::Result<()> {
+        if let Some(unit) = self.unit.clone() {
+            // Returns once the daemon sent READY=1 (Type=notify), or fails.
+            return cgroup::systemctl(&["restart", &unit])
+                .map(drop)
+                .with_context(|| format!("start {unit}; log:\n{}", self.log()));
+        }
         self.launch()?;
         self.wait_serving(20)
     }
@@ -70,17 +179,8 @@ impl Daemon {
         };
         let child = cmd
             .env("BOSUN_FAILPOINT_DIR", &fail_dir)
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("daemon")
-            .arg("--config")
-            .arg(self.dir.path().join("config.toml"))
-            .arg("--root")
-            .arg(self.root())
-            .arg("--state")
-            .arg(self.state())
-            .arg("--log-level")
-            .arg("debug")
+            .args(self.argv())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -234,13 +334,23 @@ impl Daemon {
         &self.net
     }
 
-    /// The daemon's pid.
+    /// The daemon's pid (a unit's MainPID).
     pub fn pid(&self) -> Option<u32> {
+        if let Some(unit) = &self.unit {
+            return cgroup::unit_property(unit, "MainPID")
+                .parse()
+                .ok()
+                .filter(|p| *p != 0);
+        }
         self.child.as_ref().map(|c| c.id())
     }
 
-    /// kill -9, as a crash would.
+    /// kill -9, as a crash would (a unit's main process only; systemd restarts it).
     pub fn kill9(&mut self) {
+        if let Some(unit) = &self.unit {
+            let _ = cgroup::systemctl(&["kill", "--kill-who=main", "--signal=SIGKILL", unit]);
+            return;
+        }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -261,8 +371,14 @@ impl Daemon {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
-    /// SIGTERM and wait; returns the exit status.
+    /// SIGTERM and wait; returns the exit status (a unit: `systemctl stop`, its main status).
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        if let Some(unit) = &self.unit {
+            use std::os::unix::process::ExitStatusExt;
+            cgroup::systemctl(&["stop", unit]).ok()?;
+            let code: i32 = cgroup::unit_property(unit, "ExecMainStatus").parse().ok()?;
+            return Some(std::process::ExitStatus::from_raw(code << 8));
+        }
         let mut c = self.child.take()?;
         if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
@@ -278,16 +394,20 @@ impl Daemon {
         c.wait().ok()
     }
 
-    /// The cgroup parent CRI tests give their pods: `/<scratch dir name>`, unique per daemon;
-    /// removed (with anything left below it) on drop.
+    /// The cgroup parent CRI tests give their pods, unique per daemon: `/<scratch dir name>`,
+    /// or a slice of that name with the systemd driver; removed (with anything left below it)
+    /// on drop.
     pub fn cgroup_parent(&self) -> String {
         let name = self.dir.path().file_name().unwrap_or_default();
-        format!("/{}", name.to_string_lossy())
+        cgroup::daemon_parent(&name.to_string_lossy())
     }
 
-    /// Starts the daemon again on the same root and state (after kill9 or terminate).
+    /// Starts the daemon again on the same root and state (after kill9 or terminate; a unit
+    /// is restarted).
     pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.kill9();
+        if self.unit.is_none() {
+            self.kill9();
+        }
         self.spawn()
     }
 }
@@ -301,12 +421,14 @@ impl Drop for Daemon {
         let alive = self
             .child
             .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+            || self.pid().is_some();
         if alive {
             super::cri::remove_all_pods(&self.socket(), std::time::Duration::from_secs(5));
         }
         let cleanup = std::panic::AssertUnwindSafe(|| {
             self.terminate();
+            self.uninstall_unit();
             super::cri::scrub(self.dir.path(), &self.state(), &self.cgroup_parent());
             self.net.cleanup();
         });

@@ -1,5 +1,6 @@
 //! Shared fixtures: environment checks with honest skips, the daemon, the registry, test images.
 
+pub mod cgroup;
 pub mod cri;
 pub mod daemon;
 pub mod inproc;
@@ -39,6 +40,12 @@ pub enum Need {
     Freeze,
     /// cgroup v1 (hybrid or legacy) with the cpu, memory and pids controllers.
     CgroupV1,
+    /// systemd as PID 1 on the unified cgroup hierarchy (the VM lane's guest: hack/vm).
+    SystemdV2,
+    /// A machine as fast as the test's timing assumes ([`time_scale`] 1): the test tells
+    /// intervals a second or two apart, or needs a rate only such a machine reaches, which a
+    /// slower lane cannot (and must not pass blind).
+    Punctual,
 }
 
 /// Why pods cannot have user namespaces on this machine (`None`: they can); probed once with
@@ -72,6 +79,16 @@ fn unmet(need: Need) -> Option<String> {
         Need::Runc if runc_bin().is_none() => {
             Some("needs runc in PATH or /usr/sbin (apt-get install runc)".into())
         }
+        // Every test that runs containers runs them with the chosen cgroup driver.
+        Need::Runc => cgroup::driver_unmet(),
+        Need::Punctual if time_scale() > 1 => Some(format!(
+            "needs a machine as fast as its timing assumes; this lane runs {}x slower \
+             (BOSUN_TEST_TIME_SCALE), the host run checks it",
+            time_scale()
+        )),
+        Need::SystemdV2 if !cgroup::systemd_booted() || !cgroup::unified() => Some(
+            "needs systemd as PID 1 and cgroup v2 (runs in the VM lane: hack/vm/run.sh)".into(),
+        ),
         Need::Cni
             if !network::PLUGINS
                 .iter()
@@ -230,9 +247,26 @@ impl Drop for TmpfsBelow {
     }
 }
 
+/// How many times slower this machine runs tests than the ones their time bounds were set on:
+/// `BOSUN_TEST_TIME_SCALE` (the VM lane sets it: qemu TCG runs a guest several times slower),
+/// else 1. Only a test's own waits and upper bounds scale, never what the daemon is asked to
+/// do (a 3 s grace stays 3 s) nor lower bounds (a kill must still not come early).
+pub fn time_scale() -> u32 {
+    std::env::var("BOSUN_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
+}
+
+/// `d` × [`time_scale`].
+pub fn scaled(d: std::time::Duration) -> std::time::Duration {
+    d * time_scale()
+}
+
 /// Polls `f` every 20 ms until it is true or `secs` pass.
 pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let deadline = std::time::Instant::now() + scaled(std::time::Duration::from_secs(secs));
     while std::time::Instant::now() < deadline {
         if f() {
             return true;

@@ -142,7 +142,7 @@ pub fn wait_for(
     what: &str,
     pred: impl Fn(&Pod) -> bool,
 ) -> Result<Pod> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let deadline = Instant::now() + super::scaled(Duration::from_secs(secs));
     let mut last = None;
     while Instant::now() < deadline {
         if let Some(p) = get(d, name)? {
@@ -167,7 +167,7 @@ pub fn wait_for(
 /// Waits until the pod is gone; returns how long that took.
 pub fn wait_gone(d: &Daemon, name: &str, secs: u64) -> Result<Duration> {
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(secs) {
+    while t.elapsed() < super::scaled(Duration::from_secs(secs)) {
         if get(d, name)?.is_none() {
             return Ok(t.elapsed());
         }

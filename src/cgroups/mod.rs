@@ -1,4 +1,4 @@
-//! cgroup v1 and v2 readers behind one trait: the CPU, memory and pid counters of a container or pod cgroup.
+//! cgroup v1 and v2 behind one trait: the CPU, memory and pid counters of a container or pod cgroup, and killing a cgroup at once where v2 can.
 //!
 //! Which hierarchy the host uses is detected once ([`detect`]): v2 when `/sys/fs/cgroup` is a
 //! cgroup2 filesystem (unified), else v1 (legacy or hybrid). Readers never fail: a file that is
@@ -191,6 +191,12 @@ pub trait Cgroups: Send + Sync + std::fmt::Debug {
     /// The counters of the cgroup at `dir` (relative to the hierarchy root, `/`-separated, as
     /// [`container_dir`] and [`parent_dir`] give it). Never fails; unreadable parts are `None`.
     fn stats(&self, dir: &str) -> Stats;
+
+    /// SIGKILLs every process of the cgroup at `dir` and of its descendants with one write to
+    /// v2's `cgroup.kill` (Linux 5.14): no pid list to walk, no race with forks. `Ok(false)`
+    /// when this hierarchy has no such file (v1, an older kernel, or no cgroup at `dir`): the
+    /// caller signals the processes itself.
+    fn kill(&self, dir: &str) -> std::io::Result<bool>;
 }
 
 /// The reader for this host's hierarchy under `/sys/fs/cgroup`.

@@ -44,6 +44,77 @@ pub fn parent_dir(driver: CgroupDriver, parent: &str) -> Option<String> {
     }
 }
 
+/// The cgroup parent of pods that name none when the config names none either: a cgroup of
+/// bosun's own beside the kubelet's (`/bosun`), or its own slice under systemd.
+pub fn default_parent(driver: CgroupDriver) -> &'static str {
+    match driver {
+        CgroupDriver::Cgroupfs => "/bosun",
+        CgroupDriver::Systemd => "bosun.slice",
+    }
+}
+
+/// Checks a pod's cgroup parent against the driver, as the kubelet sends it in either form:
+/// cgroupfs wants an absolute path (`/kubepods/burstable/pod<uid>`) that does not climb;
+/// systemd a slice name (`kubepods-burstable-pod<uid>.slice`) or that slice's expanded path
+/// (`/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`, what the
+/// kubelet's systemd cgroup manager names). Empty is accepted (the default parent). The error
+/// says what is wrong, quoting at most a short prefix of `parent`.
+pub fn check_parent(driver: CgroupDriver, parent: &str) -> Result<(), String> {
+    if parent.is_empty() {
+        return Ok(());
+    }
+    let shown = prefix(parent);
+    if parent.len() > MAX_PARENT || parent.chars().any(|c| c.is_control()) {
+        return Err(format!(
+            "{shown:?} is not a cgroup path (at most {MAX_PARENT} printable characters)"
+        ));
+    }
+    match driver {
+        CgroupDriver::Cgroupfs => {
+            if !parent.starts_with('/') || parent.contains(':') {
+                return Err(format!(
+                    "{shown:?}: the cgroupfs driver needs an absolute path such as \
+                     /kubepods/pod<uid> (is the kubelet's cgroupDriver systemd? this runtime's \
+                     is cgroupfs)"
+                ));
+            }
+            if parent.split('/').any(|c| c == ".." || c == ".") {
+                return Err(format!(
+                    "{shown:?}: a cgroup path may not contain '.' or '..'"
+                ));
+            }
+            Ok(())
+        }
+        CgroupDriver::Systemd => {
+            let name = parent.rsplit('/').next().unwrap_or_default();
+            let Some(expanded) = expand_slice(name).filter(|_| name != "-.slice") else {
+                return Err(format!(
+                    "{shown:?}: the systemd driver needs a slice such as \
+                     kubepods-burstable-pod<uid>.slice (is the kubelet's cgroupDriver cgroupfs? \
+                     this runtime's is systemd)"
+                ));
+            };
+            if parent.contains('/') && parent.trim_end_matches('/') != expanded {
+                return Err(format!(
+                    "{shown:?}: not where systemd puts slice {name} (that is {expanded})"
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// At most the first 64 characters of `s` (errors echo no more of what they were sent).
+fn prefix(s: &str) -> String {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Longest cgroup parent accepted (PATH_MAX less room for the container's own name).
+const MAX_PARENT: usize = 2048;
+
 /// `a-b-c.slice` → `/a.slice/a-b.slice/a-b-c.slice` (systemd's slice nesting); `-.slice` is
 /// the root. `None` for a malformed name.
 pub fn expand_slice(slice: &str) -> Option<String> {
@@ -136,6 +207,63 @@ mod tests {
             parent_dir(d, "/custom/path").as_deref(),
             Some("/custom/path")
         );
+    }
+
+    #[test]
+    fn cgroupfs_parents_are_absolute_paths_that_do_not_climb() {
+        let d = CgroupDriver::Cgroupfs;
+        for ok in ["", "/kubepods/burstable/pod1", "/bosun", "/a.slice"] {
+            assert_eq!(check_parent(d, ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "kubepods",
+            "kubepods-pod1.slice",
+            "/a/../b",
+            "/a/./b",
+            "/a:b",
+            "/a\nb",
+        ] {
+            assert!(check_parent(d, bad).is_err(), "{bad}");
+        }
+        let e = check_parent(d, "kubepods-burstable-pod1.slice").expect_err("slice");
+        assert!(e.contains("cgroupfs"), "{e}");
+        let long = format!("/{}", "x".repeat(5000));
+        let e = check_parent(d, &long).expect_err("long");
+        assert!(e.len() < 200, "errors echo a short prefix: {e}");
+    }
+
+    #[test]
+    fn systemd_parents_are_slices_by_name_or_by_their_path() {
+        let d = CgroupDriver::Systemd;
+        for ok in [
+            "",
+            "kubepods-burstable-pod1.slice",
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice",
+            "system.slice",
+            "/system.slice",
+        ] {
+            assert_eq!(check_parent(d, ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "/kubepods/burstable/pod1",
+            "kubepods",
+            "-.slice",
+            "a--b.slice",
+            "/kubepods.slice/kubepods-burstable-pod1.slice",
+        ] {
+            assert!(check_parent(d, bad).is_err(), "{bad}");
+        }
+        let e = check_parent(d, "/x.slice/y.slice").expect_err("mismatch");
+        assert!(e.contains("/y.slice"), "{e}");
+        let e = check_parent(d, "/kubepods/pod1").expect_err("path");
+        assert!(e.contains("systemd"), "{e}");
+    }
+
+    #[test]
+    fn each_driver_has_a_default_parent_it_accepts() {
+        for d in [CgroupDriver::Cgroupfs, CgroupDriver::Systemd] {
+            assert_eq!(check_parent(d, default_parent(d)), Ok(()));
+        }
     }
 
     #[test]

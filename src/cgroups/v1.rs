@@ -94,4 +94,9 @@ impl Cgroups for V1 {
             pressure: Default::default(),
         }
     }
+
+    /// v1 has no `cgroup.kill`.
+    fn kill(&self, _dir: &str) -> std::io::Result<bool> {
+        Ok(false)
+    }
 }

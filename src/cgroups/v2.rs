@@ -1,4 +1,4 @@
-//! cgroup v2 (unified): `cpu.stat`, `memory.*` and `pids.current` in one directory per cgroup.
+//! cgroup v2 (unified): `cpu.stat`, `memory.*`, `pids.current` and `*.pressure` in one directory per cgroup, and `cgroup.kill`.
 
 use std::path::{Path, PathBuf};
 
@@ -78,6 +78,19 @@ impl Cgroups for V2 {
                 memory: read_psi(&d.join("memory.pressure")),
                 io: read_psi(&d.join("io.pressure")),
             },
+        }
+    }
+
+    fn kill(&self, dir: &str) -> std::io::Result<bool> {
+        use std::io::Write;
+        // Never created: a kernel without the file (or a gone cgroup) answers NotFound.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.dir(dir).join("cgroup.kill"));
+        match file.and_then(|mut f| f.write_all(b"1")) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
         }
     }
 }

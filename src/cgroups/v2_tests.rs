@@ -110,3 +110,24 @@ fn detect_picks_v1_for_a_plain_directory() {
     let tmp = tempfile::tempdir().expect("tmp");
     assert_eq!(super::detect_at(tmp.path()).version(), Version::V1);
 }
+
+#[test]
+fn kill_writes_one_to_cgroup_kill_where_the_kernel_has_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    write(tmp.path(), "bosun/c1", "cgroup.kill", "");
+    let v2 = V2::new(tmp.path());
+    assert!(v2.kill("/bosun/c1").expect("kill"));
+    let written = std::fs::read_to_string(tmp.path().join("bosun/c1/cgroup.kill")).expect("read");
+    assert_eq!(written, "1");
+    // No cgroup.kill (kernel < 5.14) or no cgroup at all: the caller falls back.
+    std::fs::create_dir_all(tmp.path().join("bosun/old")).expect("mkdir");
+    assert!(!v2.kill("/bosun/old").expect("old kernel"));
+    assert!(!v2.kill("/bosun/gone").expect("gone"));
+}
+
+#[test]
+fn v1_never_kills_by_cgroup() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let v1 = super::V1::new(tmp.path());
+    assert!(!v1.kill("/bosun/c1").expect("v1"));
+}

@@ -3,6 +3,7 @@
 pub mod authority;
 pub mod lock;
 pub mod logging;
+pub mod notify;
 pub mod socket;
 
 use std::sync::Arc;
@@ -24,9 +25,11 @@ use crate::proto::runtime::v1::runtime_service_server::RuntimeServiceServer;
 /// Largest gRPC message accepted or sent (kubelet uses 16 MiB; ExecSync output can be 2 × 16 MiB).
 pub const MAX_MESSAGE: usize = 64 << 20;
 
-/// Runs the daemon until SIGTERM or SIGINT; containers (later) are left running on exit.
-pub async fn run(config: Config) -> Result<()> {
+/// Runs the daemon until SIGTERM or SIGINT; containers are left running on exit. `notifier`
+/// (systemd's `$NOTIFY_SOCKET`, see [`notify`]) hears `READY=1` once the socket serves.
+pub async fn run(config: Config, notifier: Option<notify::Notifier>) -> Result<()> {
     let config = Arc::new(config);
+    check_cgroup_driver(&config)?;
     // Handlers first: a SIGTERM that arrives once the socket exists must be a clean shutdown,
     // never the default action.
     let (mut term, mut int) = (
@@ -108,6 +111,8 @@ pub async fn run(config: Config) -> Result<()> {
             let _ = stop_rx.await;
         });
     let mut server = tokio::spawn(server);
+    // The listener is bound and accepting: connections queue until the server task polls them.
+    notify::send(notifier.as_ref(), "READY=1\nSTATUS=serving");
     let signalled = tokio::select! {
         served = &mut server => Some(served),
         _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); None }
@@ -116,6 +121,7 @@ pub async fn run(config: Config) -> Result<()> {
     let served = match signalled {
         Some(served) => served,
         None => {
+            notify::send(notifier.as_ref(), "STOPPING=1");
             let _ = stop_tx.send(());
             match tokio::time::timeout(DRAIN_DEADLINE, &mut server).await {
                 Ok(served) => served,
@@ -168,6 +174,26 @@ fn arm_failpoints() -> Result<()> {
     }
     Ok(())
 }
+
+/// The cgroup settings, refused at start with the reason rather than at the first container:
+/// the default parent must suit the driver, and the systemd driver needs systemd as init
+/// (runc creates each container's scope through it).
+fn check_cgroup_driver(config: &Config) -> Result<()> {
+    crate::cgroups::path::check_parent(config.cgroup_driver, &config.default_cgroup_parent)
+        .map_err(|e| Error::invalid(format!("config: default_cgroup_parent {e}")))?;
+    if config.cgroup_driver == crate::config::CgroupDriver::Systemd
+        && !std::path::Path::new(SYSTEMD_RUNNING).exists()
+    {
+        return Err(Error::invalid(format!(
+            "cgroup_driver = \"systemd\" needs systemd as init ({SYSTEMD_RUNNING} is missing); \
+             use cgroup_driver = \"cgroupfs\" on this host"
+        )));
+    }
+    Ok(())
+}
+
+/// Exists while systemd is the init system (sd_booted(3)).
+const SYSTEMD_RUNNING: &str = "/run/systemd/system";
 
 /// Starts the `/metrics` endpoint when `metrics_address` is set.
 async fn serve_metrics(

@@ -24,8 +24,58 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
         }
         Err(_) => {}
     }
-    let listener = UnixListener::bind(path).ctx(|| format!("bind {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-        .ctx(|| format!("chmod {}", path.display()))?;
+    // Bound under a temporary name, given its mode, then renamed: the socket never answers
+    // at `path` with the umask's mode (a client racing the chmod saw 0755 in the VM lane).
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).ctx(|| format!("bind {}", tmp.display()))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o660))
+        .ctx(|| format!("chmod {}", tmp.display()))
+        .and_then(|()| {
+            std::fs::rename(&tmp, path)
+                .ctx(|| format!("rename {} to {}", tmp.display(), path.display()))
+        });
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_socket_appears_with_mode_0660_and_nothing_else_is_left() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("run/bosun.sock");
+        let _listener = bind(&path).expect("bind");
+        let meta = std::fs::symlink_metadata(&path).expect("socket");
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("run"))
+            .expect("read_dir")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["bosun.sock"]);
+        std::os::unix::net::UnixStream::connect(&path).expect("connect");
+    }
+
+    #[tokio::test]
+    async fn a_stale_socket_is_replaced_and_a_file_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bosun.sock");
+        drop(bind(&path).expect("first"));
+        let _again = bind(&path).expect("stale socket replaced");
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").expect("write");
+        let e = bind(&file).expect_err("not a socket");
+        assert!(e.to_string().contains("not a socket"), "{e}");
+    }
 }

@@ -34,16 +34,19 @@ pub struct Config {
     pub tty: bool,
     /// Cut log lines longer than this many bytes (0: never cut).
     pub log_max_line: usize,
+    /// Pass `--systemd-cgroup` to runc: `linux.cgroupsPath` is `slice:prefix:name` and runc
+    /// asks systemd for the container's scope.
+    pub systemd_cgroup: bool,
 }
 
 const USAGE: &str = "usage: bosun monitor --id ID --bundle DIR --runtime PATH --runtime-root DIR \
 --log-path FILE --exit-file FILE --sync-fd N [--stdin] [--stdin-once] [--tty] \
-[--log-max-line BYTES]";
+[--systemd-cgroup] [--log-max-line BYTES]";
 
 /// Parses the arguments after `monitor`; accepts `--flag value` and `--flag=value`.
 pub fn parse(args: &[OsString]) -> Result<Config> {
     let mut values: [Option<OsString>; 8] = Default::default();
-    let (mut stdin, mut stdin_once, mut tty) = (false, false, false);
+    let (mut stdin, mut stdin_once, mut tty, mut systemd_cgroup) = (false, false, false, false);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let text = arg
@@ -57,6 +60,7 @@ pub fn parse(args: &[OsString]) -> Result<Config> {
             "--stdin" => Some(&mut stdin),
             "--stdin-once" => Some(&mut stdin_once),
             "--tty" => Some(&mut tty),
+            "--systemd-cgroup" => Some(&mut systemd_cgroup),
             _ => None,
         };
         if let Some(flag) = flag {
@@ -110,6 +114,7 @@ pub fn parse(args: &[OsString]) -> Result<Config> {
         stdin_once,
         tty,
         log_max_line: number("--log-max-line", max_line)?.unwrap_or(DEFAULT_LOG_MAX_LINE),
+        systemd_cgroup,
     })
 }
 

@@ -59,6 +59,7 @@ pub mod error;
 pub mod exit_record;
 pub mod log_file;
 pub mod oom;
+pub mod oom_watch;
 pub mod runc;
 pub mod signals;
 pub mod supervise;
@@ -74,6 +75,7 @@ use error::{Context, Error, Result};
 use exit_record::{exit_code, unix_nanos, ExitRecord};
 use log_file::LogFile;
 use oom::OomCounter;
+use oom_watch::OomWatch;
 use sync_pipe::SyncPipe;
 
 /// `bosun monitor ARGS…`: returns the process exit status (see the module docs).
@@ -175,20 +177,27 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
             )))
         }
     }
-    let oom = OomCounter::for_bundle(&config.bundle, &config.id).ok();
-    let oom_before = oom.as_ref().and_then(OomCounter::read);
+    let mut oom = OomCounter::for_bundle(&config.bundle, &config.id)
+        .ok()
+        .map(OomWatch::start);
     sync.ready(me, init);
     trim::shed_startup_pages();
 
-    let exit = supervise::run(init, &signals, &mut io, &mut log, Some(&mut attach))?;
+    let exit = supervise::run(
+        init,
+        &signals,
+        &mut io,
+        &mut log,
+        Some(&mut attach),
+        oom.as_mut(),
+    )?;
     drop(io);
-    let oom_after = oom.as_ref().and_then(OomCounter::read);
     let (code, signal) = exit_code(exit.status);
     ExitRecord {
         pid: init,
         exit_code: code,
         signal,
-        oom_killed: oom_after.is_some_and(|after| after > oom_before.unwrap_or(0)),
+        oom_killed: oom.as_mut().is_some_and(OomWatch::killed),
         started_at_ns: unix_nanos(started_at),
         finished_at_ns: unix_nanos(exit.at),
     }

@@ -38,12 +38,17 @@ pub fn create_args(config: &Config, console_socket: Option<&str>) -> Vec<std::ff
         log_path(&config.bundle).into(),
         "--log-format".into(),
         "json".into(),
+    ];
+    if config.systemd_cgroup {
+        args.push("--systemd-cgroup".into());
+    }
+    args.extend([
         "create".into(),
         "--bundle".into(),
         config.bundle.clone().into(),
         "--pid-file".into(),
         pid_file(&config.bundle).into(),
-    ];
+    ]);
     if let Some(socket) = console_socket {
         args.push("--console-socket".into());
         args.push(socket.into());
@@ -165,6 +170,19 @@ mod tests {
             args.join(" "),
             "--root /run/r --log /b/runc.log --log-format json create --bundle /b \
              --pid-file /b/init.pid --console-socket console.sock c1"
+        );
+        let systemd = super::super::args::Config {
+            systemd_cgroup: true,
+            ..config
+        };
+        let args: Vec<String> = create_args(&systemd, None)
+            .into_iter()
+            .map(|a| a.into_string().expect("utf8"))
+            .collect();
+        assert_eq!(
+            args.join(" "),
+            "--root /run/r --log /b/runc.log --log-format json --systemd-cgroup create \
+             --bundle /b --pid-file /b/init.pid c1"
         );
     }
 

@@ -12,6 +12,7 @@ use super::container_io::ContainerIo;
 use super::error::{Context, Result};
 use super::exit_record::from_raw;
 use super::log_file::LogFile;
+use super::oom_watch::OomWatch;
 use super::signals::Signals;
 
 /// How long output is still copied after the init exited: processes that escaped the init
@@ -31,14 +32,15 @@ pub struct InitExit {
 
 /// Runs until the init `init` has exited and its output is drained (EOF on every stream, or
 /// [`DRAIN`] after the exit). Reopens the log on SIGUSR1; reaps every child (we are the
-/// subreaper: orphans of the container end up here); serves attach clients. Only the log
-/// write may block.
+/// subreaper: orphans of the container end up here); serves attach clients; follows the
+/// OOM counter while the container runs. Only the log write may block.
 pub fn run(
     init: i32,
     signals: &Signals,
     io: &mut ContainerIo,
     log: &mut LogFile,
     mut attach: Option<&mut AttachServer>,
+    mut oom: Option<&mut OomWatch>,
 ) -> Result<InitExit> {
     let mut buf = vec![0u8; READ_BUF];
     // The init's exit, and until when its output is still drained.
@@ -55,7 +57,12 @@ pub fn run(
             }
         }
         let deadline = exited.map(|(_, deadline)| deadline);
-        let ready = wait_ready(signals, io, attach.as_deref(), deadline)?;
+        let ready = wait_ready(signals, io, attach.as_deref(), oom.as_deref(), deadline)?;
+        if ready.oom {
+            if let Some(w) = oom.as_deref_mut() {
+                w.changed();
+            }
+        }
         if ready.signals {
             let arrived = signals.read();
             if arrived.reopen_log {
@@ -82,20 +89,28 @@ pub fn run(
 /// What one poll found ready.
 struct Ready {
     signals: bool,
+    oom: bool,
     outputs: Vec<bool>,
     attach: Option<AttachReady>,
 }
 
-/// Polls the signalfd, the open outputs and the attach socket and clients.
+/// Polls the signalfd, the OOM counter's watch, the open outputs and the attach socket and
+/// clients.
 fn wait_ready(
     signals: &Signals,
     io: &ContainerIo,
     attach: Option<&AttachServer>,
+    oom: Option<&OomWatch>,
     deadline: Option<Instant>,
 ) -> Result<Ready> {
     let outputs = &io.outputs;
-    let mut fds = Vec::with_capacity(2 + outputs.len() + attach.map_or(0, |a| a.clients() + 1));
+    let mut fds = Vec::with_capacity(3 + outputs.len() + attach.map_or(0, |a| a.clients() + 1));
     fds.push(PollFd::new(signals, PollFlags::IN));
+    let oom_fd = oom.and_then(OomWatch::fd);
+    let oom_slot = oom_fd.as_ref().map(|fd| {
+        fds.push(PollFd::new(fd, PollFlags::IN));
+        fds.len() - 1
+    });
     let mut slots = Vec::with_capacity(outputs.len());
     for output in outputs {
         slots.push(output.fd.as_ref().map(|fd| {
@@ -114,6 +129,7 @@ fn wait_ready(
     }
     Ok(Ready {
         signals: !fds[0].revents().is_empty(),
+        oom: oom_slot.is_some_and(|i| !fds[i].revents().is_empty()),
         outputs: slots
             .iter()
             .map(|slot| slot.is_some_and(|i| !fds[i].revents().is_empty()))

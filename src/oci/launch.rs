@@ -52,6 +52,8 @@ pub struct MonitorArgs {
     pub tty: bool,
     /// `--log-max-line` (`None`: the monitor's default).
     pub log_max_line: Option<usize>,
+    /// runc uses its systemd cgroup driver (`--systemd-cgroup`).
+    pub systemd_cgroup: bool,
     /// How long to wait for the monitor's report (it includes `runc create`).
     pub timeout: Duration,
 }
@@ -78,6 +80,7 @@ impl MonitorArgs {
             stdin_once: false,
             tty: false,
             log_max_line: None,
+            systemd_cgroup: false,
             timeout: Duration::from_secs(60),
         }
     }
@@ -100,6 +103,7 @@ impl MonitorArgs {
             ("--stdin", self.stdin),
             ("--stdin-once", self.stdin_once),
             ("--tty", self.tty),
+            ("--systemd-cgroup", self.systemd_cgroup),
         ] {
             if on {
                 argv.push(flag.into());
@@ -373,6 +377,7 @@ mod tests {
         a.stdin = true;
         a.tty = true;
         a.log_max_line = Some(4096);
+        a.systemd_cgroup = true;
         let argv = a.argv();
         assert_eq!(
             argv.first().map(|s| s.as_os_str()),
@@ -388,6 +393,7 @@ mod tests {
         assert_eq!(c.sync_fd, SYNC_FD);
         assert_eq!((c.stdin, c.stdin_once, c.tty), (true, false, true));
         assert_eq!(c.log_max_line, 4096);
+        assert!(c.systemd_cgroup);
     }
 
     /// A stand-in for `bosun` running `body` as a shell script.

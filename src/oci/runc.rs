@@ -114,6 +114,9 @@ pub struct Runc {
     pub tmp_dir: PathBuf,
     /// How long a plain command (start, kill, delete, state, update) may take.
     pub command_timeout: Duration,
+    /// runc's systemd cgroup driver (`--systemd-cgroup` on every command, as containerd's
+    /// shim passes it): container cgroups are systemd scopes.
+    pub systemd_cgroup: bool,
 }
 
 impl Runc {
@@ -124,6 +127,7 @@ impl Runc {
             root: root.into(),
             tmp_dir: std::env::temp_dir(),
             command_timeout: Duration::from_secs(120),
+            systemd_cgroup: false,
         }
     }
 
@@ -136,6 +140,9 @@ impl Runc {
             .arg("json");
         if let Some(log) = log {
             cmd.arg("--log").arg(log);
+        }
+        if self.systemd_cgroup {
+            cmd.arg("--systemd-cgroup");
         }
         cmd.stdin(Stdio::null()).reset_signals();
         cmd

@@ -147,11 +147,14 @@ impl Runtime {
             ),
             _ => None,
         };
-        let parent = if sb.request.cgroup_parent.is_empty() {
-            self.config.default_cgroup_parent.as_str()
-        } else {
-            sb.request.cgroup_parent.as_str()
-        };
+        let driver = self.config.cgroup_driver;
+        let parent = [
+            sb.request.cgroup_parent.as_str(),
+            self.config.default_cgroup_parent.as_str(),
+        ]
+        .into_iter()
+        .find(|p| !p.is_empty())
+        .unwrap_or(crate::cgroups::path::default_parent(driver));
         let snapshots = self.images.snapshots();
         let mut lower_dirs: Vec<PathBuf> =
             image.chain_ids().map(|c| snapshots.fs_path(c)).collect();
@@ -173,7 +176,7 @@ impl Runtime {
                 .unwrap_or_else(|| image.id.to_string()),
             image_stop_signal,
             log_path,
-            cgroups_path: cgroups_path(self.config.cgroup_driver, parent, id),
+            cgroups_path: cgroups_path(driver, parent, id),
             lower_dirs,
             state_dir: self.layout.container_dir(id),
             request: new.request,
@@ -242,6 +245,7 @@ impl Runtime {
         args.stdin = meta.request.stdin;
         args.stdin_once = meta.request.stdin_once;
         args.tty = meta.request.tty;
+        args.systemd_cgroup = self.config.cgroup_driver == crate::config::CgroupDriver::Systemd;
         let bundled = t0.elapsed();
         let launched = self.launcher.launch(&args).await;
         // `runc create` has copied the staged mounts into the container's mount namespace (or

@@ -53,6 +53,7 @@ impl Runtime {
         let runc_root = layout.runc_root();
         std::fs::create_dir_all(&runc_root).ctx(|| format!("create {}", runc_root.display()))?;
         let mut runc = Runc::new(&config.runtime, runc_root);
+        runc.systemd_cgroup = config.cgroup_driver == crate::config::CgroupDriver::Systemd;
         runc.tmp_dir = config.state.join("tmp");
         std::fs::create_dir_all(&runc.tmp_dir)
             .ctx(|| format!("create {}", runc.tmp_dir.display()))?;

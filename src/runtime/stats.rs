@@ -109,7 +109,8 @@ impl StatsState {
         }
     }
 
-    fn reader(&self) -> Arc<dyn Cgroups> {
+    /// The cgroup hierarchy in use (also for killing a container's cgroup at once).
+    pub(super) fn reader(&self) -> Arc<dyn Cgroups> {
         lock(&self.cgroups).clone()
     }
 

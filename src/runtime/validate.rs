@@ -274,25 +274,16 @@ pub fn log_path(object: &str, dir: &str, log_path: &str) -> Result<()> {
     )
 }
 
-/// `linux.cgroup_parent`: no NUL, `..` or `:`; absolute with the cgroupfs driver.
+/// `linux.cgroup_parent`: no NUL, and of the driver's form (`cgroups::path::check_parent`:
+/// an absolute path that does not climb for cgroupfs, a slice or its expanded path for systemd).
 fn cgroup_parent(parent: &str, driver: CgroupDriver) -> Result<()> {
     if parent.is_empty() {
         return Ok(());
     }
     let field = "sandbox config: linux.cgroup_parent";
     path(field, parent)?;
-    let p = Path::new(parent);
-    let bad = if parent.contains(':') || p.components().any(|c| c == Component::ParentDir) {
-        Some("must not contain ':' or '..'")
-    } else if driver == CgroupDriver::Cgroupfs && !p.is_absolute() {
-        Some("must be an absolute cgroup path (cgroupfs driver)")
-    } else {
-        None
-    };
-    match bad {
-        Some(why) => Err(Error::invalid(format!("{field} {:?}: {why}", echo(parent)))),
-        None => Ok(()),
-    }
+    crate::cgroups::path::check_parent(driver, parent)
+        .map_err(|e| Error::invalid(format!("{field} {e}")))
 }
 
 /// The total size of labels and of annotations.
