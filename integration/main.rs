@@ -5,6 +5,7 @@ mod crash_cni;
 mod crash_lock;
 mod crash_steps;
 mod crash_userns;
+mod cri_conform;
 mod cri_containers;
 mod cri_events;
 mod cri_exec;
@@ -51,6 +52,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
+    trials.extend(cri_conform::trials());
     trials.extend(cri_stop::trials());
     trials.extend(cri_streaming::trials());
     trials.extend(cri_exec::trials());

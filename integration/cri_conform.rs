@@ -1,0 +1,241 @@
+//! Conformance defects critest and a real kubelet found (issue 12), reproduced over the socket with real runc: timed-out and abandoned execs leave nothing behind.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use bosun::proto::runtime::v1 as pb;
+
+use crate::support::cri::{self, processes_with_argv, Rt, NEEDS};
+use crate::support::daemon::Daemon;
+use crate::support::{block_on, trial};
+
+pub fn trials() -> Vec<libtest_mimic::Trial> {
+    vec![
+        trial(
+            "cri::conform::exec_sync_timeout_returns_with_the_process_tree_reaped",
+            NEEDS,
+            exec_timeout,
+        ),
+        trial(
+            "cri::conform::an_exec_whose_client_vanishes_is_killed_and_reaped",
+            NEEDS,
+            exec_client_gone,
+        ),
+    ]
+}
+
+/// A process as seen once: its pid and start time (to tell a reused pid apart).
+type Seen = (i32, u64);
+
+/// The start time (clock ticks after boot) of `pid`, while /proc lists it (zombies too).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// Those of `seen` that still exist, reaped or not (a zombie counts: nobody reaped it).
+fn still_there(seen: &[Seen]) -> Vec<String> {
+    seen.iter()
+        .filter(|(pid, t)| start_time(*pid) == Some(*t))
+        .map(|(pid, _)| {
+            let state = cri::proc_state(*pid).map_or('?', |s| s.0);
+            format!("pid {pid} state {state}")
+        })
+        .collect()
+}
+
+/// Waits (at most `secs`) until a live process runs exactly each argv of `argvs`.
+async fn find_running(argvs: &[Vec<String>], secs: u64) -> Result<Vec<Seen>> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let mut seen = Vec::new();
+        for argv in argvs {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            if let Some(pid) = processes_with_argv(&argv).first() {
+                seen.extend(start_time(*pid).map(|t| (*pid, t)));
+            }
+        }
+        if seen.len() == argvs.len() {
+            return Ok(seen);
+        }
+        ensure!(Instant::now() < until, "never saw {argvs:?} running");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A number for argv that no other test uses.
+fn unique_secs(base: u32) -> String {
+    format!("{}", base + std::process::id() % 90_000)
+}
+
+/// A started busybox container running `script` in a fresh pod (`shared`: one pid namespace
+/// for the pod, the CRI default and critest's); waits for its `ready` line.
+async fn target(
+    d: &Daemon,
+    rt: &mut Rt,
+    busybox: &str,
+    name: &str,
+    shared: bool,
+    script: &str,
+) -> Result<(cri::Pod, pb::ContainerConfig, String)> {
+    let mut config = cri::pod_config(d, name);
+    if shared {
+        cri::share_pid(&mut config);
+    }
+    let pod = cri::run_pod(rt, config).await?;
+    let c = cri::sh_config(&pod, "target", busybox, script);
+    let id = cri::create_start(rt, &pod, &c).await?;
+    cri::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
+    Ok((pod, c, id))
+}
+
+/// critest "runtime should support execSync with timeout": after ExecSync(`sleep`, 1 s)
+/// fails, the process is gone, not left a zombie (critest's next exec runs `pgrep sleep`).
+/// The container's init never reaps (critest's `top`; here `tail`), and in a shared pid
+/// namespace what the exec started in the background is reaped by then too.
+fn exec_timeout() -> Result<()> {
+    let d = cri::daemon()?;
+    let busybox = cri::import(&d, "busybox")?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            for (mode, shared) in [("pod", true), ("container", false)] {
+                let (pod, _, id) = target(
+                    &d,
+                    &mut rt,
+                    &busybox,
+                    &format!("exec-timeout-{mode}"),
+                    shared,
+                    "echo ready; exec tail -f /dev/null",
+                )
+                .await?;
+                let secs = unique_secs(500_000);
+                let mut cases = vec![vec!["sleep".to_string(), secs.clone()]];
+                if shared {
+                    // sh and its background child: a tree, not one process (`; true` keeps sh
+                    // from exec'ing its last command).
+                    let bg = unique_secs(400_000);
+                    let script = format!("sleep {bg} & sleep {secs}; true");
+                    cases.push(vec!["sh".into(), "-c".into(), script]);
+                }
+                for cmd in cases {
+                    let watch: Vec<Vec<String>> = if cmd[0] == "sh" {
+                        let words: Vec<&str> = cmd[2].split(' ').collect();
+                        vec![
+                            cmd.clone(),
+                            vec!["sleep".into(), words[1].into()],
+                            vec!["sleep".into(), secs.clone()],
+                        ]
+                    } else {
+                        vec![cmd.clone()]
+                    };
+                    let mut client = rt.clone();
+                    let (cid, argv) = (id.clone(), cmd.clone());
+                    let t = Instant::now();
+                    let call = tokio::spawn(async move {
+                        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                        cri::exec(&mut client, &cid, &argv, 1).await
+                    });
+                    let seen = find_running(&watch, 5).await?;
+                    let err = call
+                        .await?
+                        .err()
+                        .with_context(|| format!("{mode}: {cmd:?} outlived its timeout"))?;
+                    let took = t.elapsed();
+                    let left = still_there(&seen);
+                    eprintln!("{mode}: ExecSync {cmd:?} timed out after {took:?}; left {left:?}");
+                    ensure!(
+                        err.code() == tonic::Code::DeadlineExceeded,
+                        "{mode}: want DeadlineExceeded: {err:?}"
+                    );
+                    ensure!(
+                        took < Duration::from_secs(3),
+                        "{mode}: timeout 1 s took {took:?}"
+                    );
+                    ensure!(
+                        left.is_empty(),
+                        "{mode}: {cmd:?}: not reaped when ExecSync returned: {left:?}"
+                    );
+                    // critest's check (`pgrep sleep`, which this busybox lacks), from inside the
+                    // container: any process named sleep, zombies included.
+                    let pgrep = "for p in /proc/[0-9]*; do \
+                                 [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && echo ${p#/proc/}; \
+                                 done; true";
+                    let r = cri::exec(&mut rt, &id, &["sh", "-c", pgrep], 10)
+                        .await
+                        .context("pgrep")?;
+                    ensure!(
+                        r.stdout.is_empty() && r.stderr.is_empty(),
+                        "{mode}: pgrep sleep found {:?} (stderr {:?})",
+                        String::from_utf8_lossy(&r.stdout),
+                        String::from_utf8_lossy(&r.stderr)
+                    );
+                }
+                cri::remove_pod(&mut rt, &pod.id).await?;
+            }
+            Ok::<_, anyhow::Error>(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
+
+/// A streaming exec (`bosun exec`, the crictl-like client) killed mid-command: the daemon
+/// kills the exec'd process and it is reaped, over SPDY and WebSocket.
+fn exec_client_gone() -> Result<()> {
+    let d = cri::daemon()?;
+    let busybox = cri::import(&d, "busybox")?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let (pod, _, id) = target(
+                &d,
+                &mut rt,
+                &busybox,
+                "exec-gone",
+                true,
+                "echo ready; exec tail -f /dev/null",
+            )
+            .await?;
+            for (i, transport) in ["spdy", "websocket"].into_iter().enumerate() {
+                let secs = unique_secs(300_000 + 100_000 * i as u32);
+                let mut client =
+                    d.cli_spawn(&["exec", "--transport", transport, &id, "--", "sleep", &secs])?;
+                let seen = find_running(&[vec!["sleep".into(), secs.clone()]], 10).await;
+                client.kill()?;
+                client.wait()?;
+                let seen = seen?;
+                // runc, alive, reaps the process: a zombie handed to the host's init (runc
+                // killed along with it) is the defect, however soon that init reaps.
+                let t = Instant::now();
+                let mut orphaned = false;
+                while !still_there(&seen).is_empty() && t.elapsed() < Duration::from_secs(5) {
+                    orphaned |= seen
+                        .iter()
+                        .any(|(pid, _)| cri::proc_state(*pid) == Some(('Z', 1)));
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                let left = still_there(&seen);
+                eprintln!(
+                    "{transport}: client killed; exec'd process gone after {:?}",
+                    t.elapsed()
+                );
+                ensure!(
+                    left.is_empty() && !orphaned,
+                    "{transport}: the exec'd process of a vanished client: left {left:?}, \
+                     a zombie of init: {orphaned}"
+                );
+                ensure!(
+                    t.elapsed() < Duration::from_secs(1),
+                    "{transport}: reaped only after {:?}",
+                    t.elapsed()
+                );
+            }
+            cri::remove_pod(&mut rt, &pod.id).await?;
+            Ok::<_, anyhow::Error>(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
