@@ -1,4 +1,4 @@
-//! Conformance defects critest and a real kubelet found (issue 12), reproduced over the socket with real runc: timed-out and abandoned execs leave nothing behind.
+//! Conformance defects critest and a real kubelet found (issue 12), reproduced over the socket with real runc: timed-out and abandoned execs leave nothing behind, privileged containers ignore seccomp profiles.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "cri::conform::an_exec_whose_client_vanishes_is_killed_and_reaped",
             NEEDS,
             exec_client_gone,
+        ),
+        trial(
+            "cri::conform::privileged_containers_ignore_seccomp_profiles",
+            NEEDS,
+            privileged_seccomp,
         ),
     ]
 }
@@ -232,6 +237,68 @@ fn exec_client_gone() -> Result<()> {
                     "{transport}: reaped only after {:?}",
                     t.elapsed()
                 );
+            }
+            cri::remove_pod(&mut rt, &pod.id).await?;
+            Ok::<_, anyhow::Error>(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
+
+/// critest "should ignore a seccomp profile that blocks setting hostname when privileged"
+/// (as containerd and CRI-O), and its twin: the same Localhost profile does block a
+/// non-privileged container holding CAP_SYS_ADMIN.
+fn privileged_seccomp() -> Result<()> {
+    let d = cri::daemon()?;
+    let busybox = cri::import(&d, "busybox")?;
+    let profile = d.dir().join("block-hostname.json");
+    std::fs::write(
+        &profile,
+        r#"{"defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [{"names": ["sethostname"], "action": "SCMP_ACT_ERRNO"}]}"#,
+    )?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let mut cfg = cri::pod_config(&d, "seccomp-priv");
+            if let Some(sc) = cfg.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
+                sc.privileged = true;
+            }
+            let pod = cri::run_pod(&mut rt, cfg).await?;
+            for privileged in [true, false] {
+                let name = if privileged {
+                    "privileged"
+                } else {
+                    "sys-admin"
+                };
+                let mut c = cri::sh_config(&pod, name, &busybox, "exec sleep 1000");
+                let sc = cri::security(&mut c);
+                sc.privileged = privileged;
+                sc.seccomp = Some(pb::SecurityProfile {
+                    profile_type: pb::security_profile::ProfileType::Localhost as i32,
+                    localhost_ref: profile.display().to_string(),
+                });
+                if !privileged {
+                    sc.capabilities = Some(pb::Capability {
+                        add_capabilities: vec!["SYS_ADMIN".into()],
+                        ..Default::default()
+                    });
+                }
+                let id = cri::create_start(&mut rt, &pod, &c).await?;
+                let r = cri::exec(&mut rt, &id, &["hostname", "ANewHostName"], 10).await?;
+                let err = String::from_utf8_lossy(&r.stderr).into_owned();
+                eprintln!("{name}: hostname exit {} stderr {err:?}", r.exit_code);
+                if privileged {
+                    ensure!(r.exit_code == 0, "privileged: profile applied: {err}");
+                } else {
+                    ensure!(
+                        r.exit_code != 0 && err.contains("not permitted"),
+                        "non-privileged: the profile did not block sethostname: exit {} {err}",
+                        r.exit_code
+                    );
+                }
+                cri::stop(&mut rt, &id, 0).await?;
             }
             cri::remove_pod(&mut rt, &pod.id).await?;
             Ok::<_, anyhow::Error>(())
