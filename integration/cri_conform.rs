@@ -1,4 +1,4 @@
-//! Conformance defects critest and a real kubelet found (issue 12), reproduced over the socket with real runc: timed-out and abandoned execs leave nothing behind, privileged containers ignore seccomp profiles.
+//! Conformance defects critest and a real kubelet found (issue 12), reproduced over the socket with real runc: timed-out and abandoned execs leave nothing behind, ReopenContainerLog returns with the new file, privileged containers ignore seccomp profiles.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "cri::conform::an_exec_whose_client_vanishes_is_killed_and_reaped",
             NEEDS,
             exec_client_gone,
+        ),
+        trial(
+            "cri::conform::reopen_container_log_returns_with_the_new_file",
+            NEEDS,
+            reopen_log,
         ),
         trial(
             "cri::conform::privileged_containers_ignore_seccomp_profiles",
@@ -300,6 +305,108 @@ fn privileged_seccomp() -> Result<()> {
                 }
                 cri::stop(&mut rt, &id, 0).await?;
             }
+            cri::remove_pod(&mut rt, &pod.id).await?;
+            Ok::<_, anyhow::Error>(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
+
+/// A process held stopped (SIGSTOP) until dropped (SIGCONT), even when the test fails.
+struct Stopped(rustix::process::Pid);
+
+impl Stopped {
+    fn new(pid: i32) -> Result<Stopped> {
+        let pid = rustix::process::Pid::from_raw(pid).context("pid")?;
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP)?;
+        Ok(Stopped(pid))
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::CONT);
+    }
+}
+
+/// critest "runtime should support reopening container log": the kubelet renames the log,
+/// calls ReopenContainerLog and looks for the new file at once; no line is lost or doubled
+/// across the two files, and the old one is written no more.
+fn reopen_log() -> Result<()> {
+    let d = cri::daemon()?;
+    let busybox = cri::import(&d, "busybox")?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "reopen")).await?;
+            let c = cri::sh_config(
+                &pod,
+                "rotated",
+                &busybox,
+                "i=0; while :; do echo line $i; i=$((i+1)); sleep 0.05; done",
+            );
+            let id = cri::create_start(&mut rt, &pod, &c).await?;
+            let path = pod.log_of(&c);
+            cri::wait_log(&path, 10, |l| l.len() >= 3).await?;
+            // The kubelet's rotation: rename, then ReopenContainerLog. The monitor is held
+            // stopped for 300 ms meanwhile: the call must wait for it, since the kubelet checks
+            // the new file as soon as the call returns.
+            let rotated = path.with_extension("log.1");
+            std::fs::rename(&path, &rotated)?;
+            let monitor = *cri::monitors_of(&id).first().context("no monitor")?;
+            let held = Stopped::new(monitor)?;
+            let mut client = rt.clone();
+            let cid = id.clone();
+            let t = std::time::Instant::now();
+            let call = tokio::spawn(async move {
+                client
+                    .reopen_container_log(pb::ReopenContainerLogRequest { container_id: cid })
+                    .await
+            });
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            drop(held);
+            call.await?.context("ReopenContainerLog")?;
+            let returned = t.elapsed();
+            let at_return = path.exists();
+            let there = crate::support::wait_until(2, || path.exists());
+            eprintln!(
+                "ReopenContainerLog (monitor stopped 300 ms) returned after {returned:?}; exists at return: {at_return}"
+            );
+            ensure!(there, "no new log file 2 s after ReopenContainerLog");
+            ensure!(
+                at_return,
+                "ReopenContainerLog returned before the new log file existed"
+            );
+            let new = cri::wait_log(&path, 10, |l| l.len() >= 3).await?;
+            let old_len = std::fs::metadata(&rotated)?.len();
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            ensure!(
+                std::fs::metadata(&rotated)?.len() == old_len,
+                "the rotated file is still written to"
+            );
+            // No line lost or duplicated across the two files.
+            let old = cri::lines_of(&cri::read_log(&rotated)?, "stdout");
+            let new = cri::lines_of(&new, "stdout");
+            let all: Vec<String> = old.iter().chain(new.iter()).cloned().collect();
+            let numbers: Vec<u64> = all
+                .iter()
+                .filter_map(|l| l.strip_prefix("line ")?.parse().ok())
+                .collect();
+            ensure!(
+                numbers.len() == all.len()
+                    && numbers.iter().enumerate().all(|(i, n)| *n == i as u64),
+                "lines across the rotation: {all:?}"
+            );
+            cri::stop(&mut rt, &id, 0).await?;
+            let err = rt
+                .reopen_container_log(pb::ReopenContainerLogRequest {
+                    container_id: id.clone(),
+                })
+                .await
+                .err()
+                .context("ReopenContainerLog of an exited container succeeded")?;
+            eprintln!("ReopenContainerLog of an exited container: {err:?}");
             cri::remove_pod(&mut rt, &pod.id).await?;
             Ok::<_, anyhow::Error>(())
         }),

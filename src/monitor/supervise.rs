@@ -30,9 +30,9 @@ pub struct InitExit {
 }
 
 /// Runs until the init `init` has exited and its output is drained (EOF on every stream, or
-/// [`DRAIN`] after the exit). Reopens the log on SIGUSR1; reaps every child (we are the
-/// subreaper: orphans of the container end up here); serves attach clients. Only the log
-/// write may block.
+/// [`DRAIN`] after the exit). Reopens the log on SIGUSR1 or an attach client's request;
+/// reaps every child (we are the subreaper: orphans of the container end up here); serves
+/// attach clients. Only the log write may block.
 pub fn run(
     init: i32,
     signals: &Signals,
@@ -75,6 +75,12 @@ pub fn run(
         }
         if let (Some(server), Some(r)) = (attach.as_deref_mut(), &ready.attach) {
             server.service(r, io, &mut buf);
+            if server.reopen_requested() {
+                // Answered only once the new file is open (the kubelet checks it at once).
+                let result = log.reopen();
+                let error = result.err().map(|e| e.to_string());
+                server.reopened(error.as_deref(), io);
+            }
         }
     }
 }
