@@ -1,4 +1,4 @@
-//! Conformance defects critest and a real kubelet found (issue 12), reproduced over the socket with real runc: timed-out and abandoned execs leave nothing behind, ReopenContainerLog returns with the new file, privileged containers ignore seccomp profiles.
+//! Conformance defects critest and a real kubelet found (issue 12), reproduced over the socket with real runc: timed-out and abandoned execs leave nothing behind, ReopenContainerLog returns with the new file, privileged containers ignore seccomp profiles, a container's exit is its init's.
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "cri::conform::privileged_containers_ignore_seccomp_profiles",
             NEEDS,
             privileged_seccomp,
+        ),
+        trial(
+            "cri::conform::exit_is_the_inits_when_background_processes_hold_stdout",
+            NEEDS,
+            exit_with_background,
         ),
     ]
 }
@@ -305,6 +310,84 @@ fn privileged_seccomp() -> Result<()> {
                 }
                 cri::stop(&mut rt, &id, 0).await?;
             }
+            cri::remove_pod(&mut rt, &pod.id).await?;
+            Ok::<_, anyhow::Error>(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
+
+/// Fails when a live process still runs `argv` after `what`.
+fn none_running(argv: &[&str], what: &str) -> Result<()> {
+    let left = processes_with_argv(argv);
+    ensure!(left.is_empty(), "{argv:?} outlived {what}: pids {left:?}");
+    Ok(())
+}
+
+/// Polls ContainerStatus every 10 ms until EXITED (at most `secs`); returns the status and
+/// when it was first seen.
+async fn seen_exited(rt: &mut Rt, id: &str, secs: u64) -> Result<(pb::ContainerStatus, i64)> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let s = cri::status(rt, id).await?;
+        if cri::state_of(&s) == pb::ContainerState::ContainerExited {
+            return Ok((s, cri::now_ns()));
+        }
+        ensure!(
+            Instant::now() < until,
+            "{id} not EXITED after {secs} s: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// In a shared pid namespace, `sh -c 'sleep & exit 3'` is EXITED (3) as soon as sh exits, the
+/// background process that holds stdout is killed, and the log has all that was written
+/// before; a TERM-trapping shell stops at once though its background `sleep` lives on.
+fn exit_with_background() -> Result<()> {
+    let d = cri::daemon()?;
+    let busybox = cri::import(&d, "busybox")?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let bg = unique_secs(200_000);
+            let script = format!(
+                "(echo from-background; exec sleep {bg}) & echo ready; sleep 0.5; \
+                 echo from-init; exit 3"
+            );
+            let (pod, c, id) = target(&d, &mut rt, &busybox, "exit-bg", true, &script).await?;
+            let (s, seen_at) = seen_exited(&mut rt, &id, 10).await?;
+            let late = cri::secs(seen_at - s.finished_at);
+            let lines = cri::lines_of(&cri::read_log(&pod.log_of(&c))?, "stdout");
+            eprintln!("exit 3 with a background writer: EXITED seen {late:.3} s after finished_at");
+            cri::check_exit(&s, 3, "Error")?;
+            ensure!(
+                late < 0.5,
+                "EXITED reported {late:.3} s after the init exited"
+            );
+            ensure!(
+                ["ready", "from-background", "from-init"]
+                    .iter()
+                    .all(|w| lines.iter().any(|l| l == w)),
+                "log at exit: {lines:?}"
+            );
+            none_running(&["sleep", bg.as_str()], "the exit")?;
+
+            let bg = unique_secs(100_000);
+            let script = format!("trap 'exit 0' TERM; sleep {bg} & echo ready; wait");
+            let c = cri::sh_config(&pod, "trapper", &busybox, &script);
+            let id = cri::create_start(&mut rt, &pod, &c).await?;
+            cri::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
+            let took = cri::stop(&mut rt, &id, 30).await?;
+            let s = cri::status(&mut rt, &id).await?;
+            eprintln!("StopContainer of a TERM-trapping shell with a background sleep: {took:?}");
+            cri::check_exit(&s, 0, "Completed")?;
+            ensure!(
+                took < Duration::from_millis(1500),
+                "StopContainer took {took:?}"
+            );
+            none_running(&["sleep", bg.as_str()], "the stop")?;
             cri::remove_pod(&mut rt, &pod.id).await?;
             Ok::<_, anyhow::Error>(())
         }),
