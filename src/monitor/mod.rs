@@ -181,10 +181,11 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
     }
     let oom = OomCounter::for_bundle(&config.bundle, &config.id).ok();
     let oom_before = oom.as_ref().and_then(OomCounter::read);
+    // Before the trim below: the JSON parse must not pull its pages back in afterwards.
+    let leftovers = leftovers::Leftovers::for_container(config);
     sync.ready(me, init);
     trim::shed_startup_pages();
 
-    let leftovers = leftovers::Leftovers::for_container(config);
     let exit = supervise::run(
         init,
         &signals,
