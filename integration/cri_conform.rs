@@ -362,8 +362,9 @@ fn exit_with_background() -> Result<()> {
             let lines = cri::lines_of(&cri::read_log(&pod.log_of(&c))?, "stdout");
             eprintln!("exit 3 with a background writer: EXITED seen {late:.3} s after finished_at");
             cri::check_exit(&s, 3, "Error")?;
+            // Before: 2 s, the monitor's drain limit. Now a `runc kill --all` (~0.1 s loaded).
             ensure!(
-                late < 0.5,
+                late < 1.0,
                 "EXITED reported {late:.3} s after the init exited"
             );
             ensure!(
