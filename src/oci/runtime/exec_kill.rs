@@ -293,6 +293,49 @@ mod tests {
         false
     }
 
+    /// A stand-in runc that names its "exec'd process" at once, waits for it like runc does,
+    /// and leaves a mark once it has reaped it.
+    fn reaping_runc(dir: &Path) -> Runc {
+        let script = dir.join("runc");
+        let body = format!(
+            "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --pid-file ] && pf=$2; shift; done\n\
+             setsid sleep 1000 &\necho $! > \"$pf.tmp\" && mv \"$pf.tmp\" \"$pf\"\n\
+             wait\necho reaped > {mark}\nexit 137\n",
+            mark = dir.join("mark").display()
+        );
+        crate::testutil::script(&script, &body);
+        let mut runc = Runc::new(&script, dir.join("root"));
+        runc.tmp_dir = dir.join("tmp");
+        runc
+    }
+
+    /// Issue 12: runc is the exec'd process's parent; killed with it, the process would stay
+    /// a zombie of whichever init inherits it. The kill leaves runc alive to reap it.
+    #[tokio::test]
+    async fn a_timed_out_exec_is_reaped_by_runc_which_is_not_killed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runc = reaping_runc(dir.path());
+        let process = oci_spec::runtime::Process::default();
+        let out = super::super::exec::run(
+            &runc,
+            "c1",
+            &process,
+            Some(Duration::from_millis(200)),
+            1024,
+        )
+        .await
+        .expect("exec");
+        assert!(out.timed_out);
+        assert_eq!(out.exit_code, 137, "runc's own exit, not a signal");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("mark"))
+                .expect("mark")
+                .trim(),
+            "reaped",
+            "runc lived to reap its child"
+        );
+    }
+
     #[tokio::test]
     async fn a_stream_exec_dropped_before_runc_names_its_process_still_kills_it() {
         let dir = tempfile::tempdir().expect("tempdir");
