@@ -73,14 +73,7 @@ pub fn run(
             if arrived.child {
                 if let Some(exit) = reap(init)? {
                     exited = Some((exit, Instant::now() + DRAIN));
-                    drain_ready(io, &mut buf, log, attach.as_deref_mut());
-                    let held = io.outputs.iter().any(|o| o.fd.is_some());
-                    if let (true, Some(leftovers)) = (held, leftovers) {
-                        // Best effort: the drain limit still ends the wait if this fails.
-                        if let Err(e) = leftovers.kill() {
-                            eprintln!("bosun monitor: kill leftover processes: {e}");
-                        }
-                    }
+                    end_leftovers(io, &mut buf, log, attach.as_deref_mut(), leftovers);
                 }
             }
         }
@@ -92,10 +85,7 @@ pub fn run(
         if let (Some(server), Some(r)) = (attach.as_deref_mut(), &ready.attach) {
             server.service(r, io, &mut buf);
             if server.reopen_requested() {
-                // Answered only once the new file is open (the kubelet checks it at once).
-                let result = log.reopen();
-                let error = result.err().map(|e| e.to_string());
-                server.reopened(error.as_deref(), io);
+                answer_reopen(server, log, io);
             }
         }
     }
@@ -142,6 +132,38 @@ fn wait_ready(
             .collect(),
         attach: attach_slots.map(|s| AttachServer::ready(&s, &fds)),
     })
+}
+
+/// The init has exited: takes what is readable and, if a stream is still held open and the
+/// container shares a pid namespace, kills its `leftovers`. Cold and out of line, like
+/// [`answer_reopen`]: the idle loop's code stays on few pages once the startup ones are shed.
+#[cold]
+#[inline(never)]
+fn end_leftovers(
+    io: &mut ContainerIo,
+    buf: &mut [u8],
+    log: &mut LogFile,
+    attach: Option<&mut AttachServer>,
+    leftovers: Option<&Leftovers>,
+) {
+    drain_ready(io, buf, log, attach);
+    let held = io.outputs.iter().any(|o| o.fd.is_some());
+    if let (true, Some(leftovers)) = (held, leftovers) {
+        // Best effort: the drain limit still ends the wait if this fails.
+        if let Err(e) = leftovers.kill() {
+            eprintln!("bosun monitor: kill leftover processes: {e}");
+        }
+    }
+}
+
+/// Reopens the log for the attach clients that asked, and answers them only once the new file
+/// is open (the kubelet checks it as soon as ReopenContainerLog returns).
+#[cold]
+#[inline(never)]
+fn answer_reopen(server: &mut AttachServer, log: &mut LogFile, io: &mut ContainerIo) {
+    let result = log.reopen();
+    let error = result.err().map(|e| e.to_string());
+    server.reopened(error.as_deref(), io);
 }
 
 /// Reads each output until it would block or ends, at most [`DRAIN_READS`] times (a writer
