@@ -80,13 +80,13 @@ async fn find_running(argvs: &[Vec<String>], secs: u64) -> Result<Vec<Seen>> {
 }
 
 /// A number for argv that no other test uses.
-fn unique_secs(base: u32) -> String {
+pub(crate) fn unique_secs(base: u32) -> String {
     format!("{}", base + std::process::id() % 90_000)
 }
 
 /// A started busybox container running `script` in a fresh pod (`shared`: one pid namespace
 /// for the pod, the CRI default and critest's); waits for its `ready` line.
-async fn target(
+pub(crate) async fn target(
     d: &Daemon,
     rt: &mut Rt,
     busybox: &str,

@@ -7,6 +7,7 @@ mod crash_steps;
 mod crash_userns;
 mod cri_conform;
 mod cri_containers;
+mod cri_deadline;
 mod cri_events;
 mod cri_exec;
 mod cri_features;
@@ -53,6 +54,7 @@ fn main() {
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_conform::trials());
+    trials.extend(cri_deadline::trials());
     trials.extend(cri_stop::trials());
     trials.extend(cri_streaming::trials());
     trials.extend(cri_exec::trials());
