@@ -6,7 +6,9 @@ mod crash_cni;
 mod crash_lock;
 mod crash_steps;
 mod crash_userns;
+mod cri_conform;
 mod cri_containers;
+mod cri_deadline;
 mod cri_events;
 mod cri_exec;
 mod cri_features;
@@ -54,6 +56,8 @@ fn main() {
     trials.extend(cgroups::trials());
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
+    trials.extend(cri_conform::trials());
+    trials.extend(cri_deadline::trials());
     trials.extend(cri_stop::trials());
     trials.extend(cri_streaming::trials());
     trials.extend(cri_exec::trials());

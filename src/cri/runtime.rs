@@ -379,7 +379,10 @@ impl RuntimeService for CriRuntime {
         &self,
         req: Request<pb::ReopenContainerLogRequest>,
     ) -> Result<Response<pb::ReopenContainerLogResponse>, Status> {
-        let r = self.runtime.reopen_log(&req.into_inner().container_id);
+        let r = self
+            .runtime
+            .reopen_log(&req.into_inner().container_id)
+            .await;
         reply(
             "ReopenContainerLog",
             r.map(|()| pb::ReopenContainerLogResponse {}),

@@ -1,6 +1,7 @@
 //! The daemon: take the root and state locks, open the stores, bind the socket, serve CRI and bosun.v1 until a signal.
 
 pub mod authority;
+pub mod deadline;
 pub mod lock;
 pub mod logging;
 pub mod notify;
@@ -87,6 +88,9 @@ pub async fn run(config: Config, notifier: Option<notify::Notifier>) -> Result<(
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
         .layer(crate::metrics::layer::MetricsLayer::new(metrics))
+        // Inside the metrics (which then count DeadlineExceeded) and inside tonic's own
+        // grpc-timeout, which would answer Cancelled.
+        .layer(deadline::DeadlineLayer)
         .add_service(
             RuntimeServiceServer::new(
                 CriRuntime::new(config.clone(), runtime.clone())

@@ -9,6 +9,8 @@
 //! one small buffer; while it is not written out no client input is read (flow control
 //! without memory growth). With `--stdin-once` the container's stdin is closed once the first
 //! client that sent stdin ends it (a terminal gets its end-of-file character instead).
+//! A client may also ask for the log file to be reopened: the supervisor does it and the
+//! client gets the answer in order with its output.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -24,7 +26,7 @@ use rustix::net::{
 };
 
 use super::attach_proto::{
-    parse_client, ClientMessage, OUT_READY, OUT_STDERR, OUT_STDOUT, SOCKET_NAME,
+    parse_client, ClientMessage, OUT_LOG_REOPENED, OUT_STDERR, OUT_STDOUT, READY, SOCKET_NAME,
 };
 use super::container_io::ContainerIo;
 use super::cri_log::Stream;
@@ -44,6 +46,8 @@ struct Client {
     fd: OwnedFd,
     /// The client declared or sent stdin (an empty stdin message declares it).
     has_stdin: bool,
+    /// The client asked for the log to be reopened and waits for the answer.
+    wants_reopen: bool,
     /// Output messages (tag + data) its socket could not take yet, oldest first.
     queue: VecDeque<Vec<u8>>,
     /// Bytes in `queue`.
@@ -55,9 +59,28 @@ impl Client {
         Client {
             fd,
             has_stdin: false,
+            wants_reopen: false,
             queue: VecDeque::new(),
             queued: 0,
         }
+    }
+
+    /// Sends `msg` now, or after what is queued; `Err` when the client is gone or too far
+    /// behind.
+    fn send_in_order(&mut self, msg: &[u8]) -> std::result::Result<(), Errno> {
+        if self.queue.is_empty() {
+            match rustix::net::send(&self.fd, msg, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+                Ok(_) => return Ok(()),
+                Err(Errno::AGAIN | Errno::INTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.queued + msg.len() > CLIENT_QUEUE_MAX {
+            return Err(Errno::NOBUFS);
+        }
+        self.queue.push_back(msg.to_vec());
+        self.queued += msg.len();
+        Ok(())
     }
 
     /// Sends queued output until the socket is full; `Err` when the client is gone.
@@ -311,11 +334,8 @@ impl AttachServer {
             ) {
                 Ok(fd) if self.clients.len() < MAX_CLIENTS => {
                     // A fresh socket has room: the client learns it is in the fan-out now.
-                    let ready = rustix::net::send(
-                        &fd,
-                        &[OUT_READY],
-                        SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-                    );
+                    let ready =
+                        rustix::net::send(&fd, &READY, SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
                     if ready.is_ok() {
                         self.clients.push(Client::new(fd));
                     }
@@ -357,7 +377,28 @@ impl AttachServer {
                 }
             }
             Some(ClientMessage::Resize { .. }) => {}
+            Some(ClientMessage::ReopenLog) => self.clients[i].wants_reopen = true,
             None => {} // unknown: ignored (a newer daemon)
+        }
+    }
+
+    /// Whether a client waits for the log file to be reopened.
+    pub fn reopen_requested(&self) -> bool {
+        self.clients.iter().any(|c| c.wants_reopen)
+    }
+
+    /// Answers every client waiting for a reopen: `error` is why it failed, `None` success.
+    pub fn reopened(&mut self, error: Option<&str>, io: &mut ContainerIo) {
+        let mut msg = vec![OUT_LOG_REOPENED];
+        msg.extend_from_slice(error.unwrap_or("").as_bytes());
+        for i in (0..self.clients.len()).rev() {
+            let c = &mut self.clients[i];
+            if c.wants_reopen {
+                c.wants_reopen = false;
+                if c.send_in_order(&msg).is_err() {
+                    self.drop_client(i, io);
+                }
+            }
         }
     }
 

@@ -1,4 +1,4 @@
-//! Unit tests of the monitor's attach server: framing, fan-out, a slow client, stdin, resize.
+//! Unit tests of the monitor's attach server: framing, fan-out, a slow client, stdin, resize, reopen.
 
 use std::os::fd::OwnedFd;
 
@@ -6,7 +6,8 @@ use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFla
 
 use super::attach::{AttachReady, AttachServer};
 use super::attach_proto::{
-    resize_message, IN_STDIN, IN_STDIN_EOF, OUT_READY, OUT_STDERR, OUT_STDOUT, SOCKET_NAME,
+    resize_message, IN_REOPEN_LOG, IN_STDIN, IN_STDIN_EOF, OUT_LOG_REOPENED, OUT_STDERR,
+    OUT_STDOUT, READY, SOCKET_NAME,
 };
 use super::container_io::ContainerIo;
 use super::cri_log::Stream;
@@ -62,7 +63,7 @@ fn output_reaches_every_client_tagged_with_its_stream() {
     serve_all(&mut server, &mut io);
     assert_eq!(server.clients(), 2);
     for c in [&a, &b] {
-        assert_eq!(recv(c), Some(vec![OUT_READY]), "accepted");
+        assert_eq!(recv(c), Some(READY.to_vec()), "accepted");
     }
     server.broadcast(Stream::Stdout, b"out line\n", &mut io);
     server.broadcast(Stream::Stderr, b"err", &mut io);
@@ -85,7 +86,7 @@ fn a_client_that_does_not_read_is_dropped_after_its_queue_and_never_blocks_the_o
     let mut io = no_io();
     let (fast, slow) = (connect(dir.path()), connect(dir.path()));
     serve_all(&mut server, &mut io);
-    assert_eq!(recv(&fast), Some(vec![OUT_READY]), "accepted");
+    assert_eq!(recv(&fast), Some(READY.to_vec()), "accepted");
     let chunk = vec![b'x'; 16 * 1024];
     let mut delivered = 0;
     for _ in 0..1000 {
@@ -105,7 +106,7 @@ fn a_client_that_does_not_read_is_dropped_after_its_queue_and_never_blocks_the_o
         if m.is_empty() {
             break;
         }
-        if m != [OUT_READY] {
+        if m != READY {
             queued += 1;
         }
     }
@@ -124,8 +125,8 @@ fn a_client_that_pauses_gets_every_byte_from_its_queue() {
     let mut io = no_io();
     let (fast, paused) = (connect(dir.path()), connect(dir.path()));
     serve_all(&mut server, &mut io);
-    assert_eq!(recv(&fast), Some(vec![OUT_READY]));
-    assert_eq!(recv(&paused), Some(vec![OUT_READY]));
+    assert_eq!(recv(&fast), Some(READY.to_vec()));
+    assert_eq!(recv(&paused), Some(READY.to_vec()));
     // 2 MiB while `paused` reads nothing: far more than its socket buffer.
     let chunks = 128;
     for i in 0..chunks {
@@ -231,4 +232,37 @@ fn resize_sets_the_terminal_size() {
     serve_all(&mut server, &mut io);
     let ws = rustix::termios::tcgetwinsize(&slave).expect("winsize");
     assert_eq!((ws.ws_col, ws.ws_row), (132, 43));
+}
+
+#[test]
+fn a_reopen_request_is_answered_after_the_output_before_it_and_only_to_its_client() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = AttachServer::bind(dir.path(), false, false).expect("bind");
+    let mut io = no_io();
+    let (asker, other) = (connect(dir.path()), connect(dir.path()));
+    serve_all(&mut server, &mut io);
+    assert!(!server.reopen_requested());
+    send(&asker, &[IN_REOPEN_LOG]);
+    serve_all(&mut server, &mut io);
+    assert!(server.reopen_requested());
+    server.broadcast(Stream::Stdout, b"before", &mut io);
+    server.reopened(None, &mut io);
+    assert!(!server.reopen_requested(), "answered once");
+    for c in [&asker, &other] {
+        assert_eq!(recv(c), Some(READY.to_vec()));
+        assert_eq!(recv(c), Some([&[OUT_STDOUT][..], b"before"].concat()));
+    }
+    assert_eq!(recv(&asker), Some(vec![OUT_LOG_REOPENED]));
+    assert_eq!(
+        recv(&other),
+        None,
+        "no answer for a client that did not ask"
+    );
+    send(&other, &[IN_REOPEN_LOG]);
+    serve_all(&mut server, &mut io);
+    server.reopened(Some("open log file /x: denied"), &mut io);
+    assert_eq!(
+        recv(&other),
+        Some([&[OUT_LOG_REOPENED][..], b"open log file /x: denied"].concat())
+    );
 }

@@ -40,9 +40,12 @@
 //!    to the container's stdin (`--stdin`; closed after the first client's stdin ends with
 //!    `--stdin-once`), terminal resizes to the master (`--tty`). It closes after the exit
 //!    record is written.
-//! 7. Every child is reaped. When the init exits, output is drained until EOF or 2 s, the
-//!    memory cgroup's OOM-kill counter is compared with its value right after create, and the
-//!    exit file is written atomically:
+//! 7. Every child is reaped. When the init exits, what it wrote is read at once; if a stream
+//!    is still held open and the bundle gives the container no pid namespace of its own, the
+//!    processes left in its cgroup are killed (`<runtime> --root R kill --all ID KILL`, as
+//!    containerd's shim). Output is drained until EOF or 2 s, the memory cgroup's OOM-kill
+//!    counter is compared with its value right after create, and the exit file is written
+//!    atomically:
 //!    `{"pid", "exit_code" (status, or 128+signal), "signal" (number or null), "oom_killed",
 //!    "started_at_ns" (runc create returned), "finished_at_ns" (init reaped)}`; exit 0.
 
@@ -57,6 +60,7 @@ pub mod cri_log;
 pub mod detach;
 pub mod error;
 pub mod exit_record;
+pub mod leftovers;
 pub mod log_file;
 pub mod oom;
 pub mod oom_watch;
@@ -180,6 +184,8 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
     let mut oom = OomCounter::for_bundle(&config.bundle, &config.id)
         .ok()
         .map(OomWatch::start);
+    // Before the trim below: the JSON parse must not pull its pages back in afterwards.
+    let leftovers = leftovers::Leftovers::for_container(config);
     sync.ready(me, init);
     trim::shed_startup_pages();
 
@@ -190,6 +196,7 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
         &mut log,
         Some(&mut attach),
         oom.as_mut(),
+        leftovers.as_ref(),
     )?;
     drop(io);
     let (code, signal) = exit_code(exit.status);

@@ -11,15 +11,20 @@ use super::attach::{AttachReady, AttachServer};
 use super::container_io::ContainerIo;
 use super::error::{Context, Result};
 use super::exit_record::from_raw;
+use super::leftovers::Leftovers;
 use super::log_file::LogFile;
 use super::oom_watch::OomWatch;
 use super::signals::Signals;
 
-/// How long output is still copied after the init exited: processes that escaped the init
-/// (a shared pid namespace) may hold the pipes open forever.
+/// How long output is still copied after the init exited, at most: a process outside the
+/// container's cgroup may hold the pipes open forever.
 pub const DRAIN: Duration = Duration::from_secs(2);
 
 const READ_BUF: usize = 16 * 1024;
+
+/// Reads per output when the init exits before a stream still open is taken as held: a full
+/// pipe (64 KiB) is four.
+const DRAIN_READS: usize = 16;
 
 /// How and when the init ended.
 #[derive(Debug, Clone, Copy)]
@@ -31,9 +36,12 @@ pub struct InitExit {
 }
 
 /// Runs until the init `init` has exited and its output is drained (EOF on every stream, or
-/// [`DRAIN`] after the exit). Reopens the log on SIGUSR1; reaps every child (we are the
-/// subreaper: orphans of the container end up here); serves attach clients; follows the
-/// OOM counter while the container runs. Only the log write may block.
+/// [`DRAIN`] after the exit). When the init exits, what is readable is read at once; if some
+/// stream is still held open and the container shares a pid namespace, its `leftovers` are
+/// killed then, so the exit is recorded without waiting for them (issue 12). Reopens the log
+/// on SIGUSR1 or an attach client's request; reaps every child (we are the subreaper:
+/// orphans of the container end up here); serves attach clients; follows the OOM counter
+/// while the container runs. Only the log write may block.
 pub fn run(
     init: i32,
     signals: &Signals,
@@ -41,6 +49,7 @@ pub fn run(
     log: &mut LogFile,
     mut attach: Option<&mut AttachServer>,
     mut oom: Option<&mut OomWatch>,
+    leftovers: Option<&Leftovers>,
 ) -> Result<InitExit> {
     let mut buf = vec![0u8; READ_BUF];
     // The init's exit, and until when its output is still drained.
@@ -72,16 +81,20 @@ pub fn run(
             if arrived.child {
                 if let Some(exit) = reap(init)? {
                     exited = Some((exit, Instant::now() + DRAIN));
+                    end_leftovers(io, &mut buf, log, attach.as_deref_mut(), leftovers);
                 }
             }
         }
         for (i, ready) in ready.outputs.iter().enumerate() {
             if *ready {
-                read_once(io, i, &mut buf, log, attach.as_deref_mut());
+                let _ = read_once(io, i, &mut buf, log, attach.as_deref_mut());
             }
         }
         if let (Some(server), Some(r)) = (attach.as_deref_mut(), &ready.attach) {
             server.service(r, io, &mut buf);
+            if server.reopen_requested() {
+                answer_reopen(server, log, io);
+            }
         }
     }
 }
@@ -138,20 +151,70 @@ fn wait_ready(
     })
 }
 
+/// The init has exited: takes what is readable and, if a stream is still held open and the
+/// container shares a pid namespace, kills its `leftovers`. Cold and out of line, like
+/// [`answer_reopen`]: the idle loop's code stays on few pages once the startup ones are shed.
+#[cold]
+#[inline(never)]
+fn end_leftovers(
+    io: &mut ContainerIo,
+    buf: &mut [u8],
+    log: &mut LogFile,
+    attach: Option<&mut AttachServer>,
+    leftovers: Option<&Leftovers>,
+) {
+    drain_ready(io, buf, log, attach);
+    let held = io.outputs.iter().any(|o| o.fd.is_some());
+    if let (true, Some(leftovers)) = (held, leftovers) {
+        // Best effort: the drain limit still ends the wait if this fails.
+        if let Err(e) = leftovers.kill() {
+            eprintln!("bosun monitor: kill leftover processes: {e}");
+        }
+    }
+}
+
+/// Reopens the log for the attach clients that asked, and answers them only once the new file
+/// is open (the kubelet checks it as soon as ReopenContainerLog returns).
+#[cold]
+#[inline(never)]
+fn answer_reopen(server: &mut AttachServer, log: &mut LogFile, io: &mut ContainerIo) {
+    let result = log.reopen();
+    let error = result.err().map(|e| e.to_string());
+    server.reopened(error.as_deref(), io);
+}
+
+/// Reads each output until it would block or ends, at most [`DRAIN_READS`] times (a writer
+/// that never pauses must not hold the loop): an output still open afterwards has a writer.
+fn drain_ready(
+    io: &mut ContainerIo,
+    buf: &mut [u8],
+    log: &mut LogFile,
+    mut attach: Option<&mut AttachServer>,
+) {
+    for i in 0..io.outputs.len() {
+        for _ in 0..DRAIN_READS {
+            if !read_once(io, i, buf, log, attach.as_deref_mut()) {
+                break;
+            }
+        }
+    }
+}
+
 /// One read from ready output `i` into the log and to attach clients; end of file (or EIO:
-/// the terminal's last slave closed) flushes what is pending and closes the stream.
+/// the terminal's last slave closed) flushes what is pending and closes the stream. Returns
+/// whether bytes were read (more may follow).
 fn read_once(
     io: &mut ContainerIo,
     i: usize,
     buf: &mut [u8],
     log: &mut LogFile,
     attach: Option<&mut AttachServer>,
-) {
+) -> bool {
     let Some(output) = io.outputs.get_mut(i) else {
-        return;
+        return false;
     };
     let Some(fd) = &output.fd else {
-        return;
+        return false;
     };
     match rustix::io::read(fd, &mut *buf) {
         Ok(0) => {}
@@ -161,13 +224,15 @@ fn read_once(
             if let Some(server) = attach {
                 server.broadcast(stream, &buf[..n], io);
             }
-            return;
+            return true;
         }
-        Err(Errno::AGAIN | Errno::INTR) => return,
+        Err(Errno::AGAIN) => return false,
+        Err(Errno::INTR) => return true,
         Err(_) => {} // EIO from a terminal master whose slave is gone, or a broken stream
     }
     output.splitter.finish(log);
     output.fd = None;
+    false
 }
 
 /// Reaps every exited child without blocking; returns the init's exit if it was among them.

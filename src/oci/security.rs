@@ -87,9 +87,10 @@ pub fn apparmor_profile(
     }
 }
 
-/// The seccomp filter: Unconfined → none; RuntimeDefault → the embedded profile (none when
-/// privileged); Localhost → the file, applied even when privileged because it was asked for
-/// by name (containerd ignores it for privileged containers; the brief for bosun keeps it).
+/// The seccomp filter: none for a privileged container, whatever profile it names (as
+/// containerd and CRI-O: critest "should ignore a seccomp profile that blocks setting
+/// hostname when privileged", issue 12); otherwise Unconfined → none, RuntimeDefault → the
+/// embedded profile, Localhost → the file.
 pub fn seccomp_filter(
     container: &str,
     sec: &Security,
@@ -102,9 +103,11 @@ pub fn seccomp_filter(
         caps,
     };
     let ctx = |e: Error| e.context(format!("container {container}"));
+    if sec.privileged {
+        return Ok(None);
+    }
     match &sec.seccomp {
         SecurityProfile::Unconfined => Ok(None),
-        SecurityProfile::RuntimeDefault if sec.privileged => Ok(None),
         SecurityProfile::RuntimeDefault => seccomp::default_profile()
             .and_then(|p| p.resolve("runtime/default", &target))
             .map(Some)
@@ -217,10 +220,12 @@ mod tests {
         let path = dir.path().join("p.json");
         std::fs::write(&path, r#"{"defaultAction":"SCMP_ACT_ALLOW"}"#).expect("write");
         let local = SecurityProfile::Localhost(path.display().to_string());
+        assert!(f(&with(local.clone(), false)).expect("localhost").is_some());
+        std::fs::remove_file(&path).expect("rm");
+        // Privileged: no filter at all, not even from a named file (missing or not).
         assert!(f(&with(local.clone(), true))
             .expect("privileged localhost")
-            .is_some());
-        std::fs::remove_file(&path).expect("rm");
+            .is_none());
         let err = f(&with(local, false)).expect_err("missing");
         assert!(
             err.message().contains("p.json") && err.message().starts_with("container c"),

@@ -51,6 +51,17 @@ pub fn termination_message(
     log_tail(&log)
 }
 
+/// The message of a terminated container as the kubelet builds it: the runtime's own reason
+/// (CRI `ContainerStatus.message`), then `": "` and the container's termination message when
+/// both are present. The runtime never reports the termination-message file itself.
+pub fn with_runtime_message(runtime: &str, container: String) -> String {
+    match (runtime.is_empty(), container.is_empty()) {
+        (true, _) => container,
+        (false, true) => runtime.to_string(),
+        (false, false) => format!("{runtime}: {container}"),
+    }
+}
+
 /// The last lines of a CRI log's messages (`<time> <stream> <P|F> <message>` per line; `P` lines
 /// continue on the next one), within the fallback limits.
 fn log_tail(log: &str) -> String {
@@ -386,6 +397,14 @@ mod tests {
 
     fn log_line(i: usize) -> String {
         format!("2026-11-22T13:00:00.000000000Z stdout F line {i}\n")
+    }
+
+    #[test]
+    fn the_runtime_reason_comes_first_and_the_file_is_not_doubled() {
+        assert_eq!(with_runtime_message("", "done".into()), "done");
+        assert_eq!(with_runtime_message("oom", String::new()), "oom");
+        assert_eq!(with_runtime_message("oom", "done".into()), "oom: done");
+        assert_eq!(with_runtime_message("", String::new()), "");
     }
 
     #[test]

@@ -531,32 +531,6 @@ impl Runtime {
         }
         Ok(out)
     }
-
-    /// ReopenContainerLog: asks the running container's monitor (SIGUSR1) to reopen the log
-    /// file after the kubelet rotated it.
-    pub fn reopen_log(&self, id: &str) -> Result<()> {
-        require_id("container", id)?;
-        let entry = self.container(id)?;
-        let id = entry.id();
-        let st = entry.status();
-        if st.state() != ContainerState::Running {
-            return Err(Error::precondition(format!(
-                "container {id}: reopen log: container is {:?}",
-                st.state()
-            )));
-        }
-        if !super::restore::monitor_alive(st.monitor_pid, id) {
-            return Err(Error::precondition(format!(
-                "container {id}: reopen log: its monitor (pid {}) is gone",
-                st.monitor_pid
-            )));
-        }
-        let pid = rustix::process::Pid::from_raw(st.monitor_pid as i32)
-            .ok_or_else(|| Error::internal(format!("container {id}: no monitor pid")))?;
-        rustix::process::kill_process(pid, rustix::process::Signal::USR1).map_err(|e| {
-            Error::internal(format!("container {id}: reopen log: signal monitor: {e}"))
-        })
-    }
 }
 
 impl Runtime {

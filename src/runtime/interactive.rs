@@ -197,7 +197,7 @@ impl Drop for AbortOnDrop {
 
 /// Connects (non-blocking) to `<bundle>/attach.sock`, through `/proc/self/fd/<bundle fd>/…`
 /// since a bundle path may exceed `sun_path`.
-fn connect(bundle: &std::path::Path) -> io::Result<OwnedFd> {
+pub(super) fn connect(bundle: &std::path::Path) -> io::Result<OwnedFd> {
     let dir = std::fs::File::open(bundle)?;
     let via_proc = format!("/proc/self/fd/{}/{SOCKET_NAME}", dir.as_raw_fd());
     let addr = SocketAddrUnix::new(via_proc.as_str())?;

@@ -7,6 +7,7 @@ mod exec_session;
 mod handle;
 pub mod id;
 mod interactive;
+mod log_reopen;
 pub mod meta;
 mod network;
 pub mod paths;

@@ -174,11 +174,12 @@ impl Runtime {
                         }
                         (ContainerExit::Unknown(why), _) => s.mark_unknown(why.clone()),
                     }
-                    s.message = match &exit {
-                        ContainerExit::Unknown(why) => why.clone(),
-                        ContainerExit::Recorded(_) => termination_message(&entry.meta().request)
-                            .unwrap_or_else(|| s.message.clone()),
-                    };
+                    // Runtime-side reasons only: the kubelet reads the termination-message file
+                    // itself and appends it (issue 12: "done: done"); bosun's supervisor does
+                    // the same at the pod layer.
+                    if let ContainerExit::Unknown(why) = &exit {
+                        s.message = why.clone();
+                    }
                     Ok(())
                 });
                 match result {
@@ -200,24 +201,4 @@ impl Runtime {
             tracing::debug!(container = %id, "runc delete after exit: {e}");
         }
     }
-}
-
-/// The annotation naming the container's termination message file (set by the kubelet).
-const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
-/// The kubelet's limit on a termination message.
-const TERMINATION_MESSAGE_MAX: u64 = 4096;
-
-/// The termination message the container wrote, read from the host side of the mount at the
-/// path the kubelet's annotation names; `None` when there is none.
-fn termination_message(req: &crate::oci::ContainerRequest) -> Option<String> {
-    use std::io::Read;
-    let path = req.annotations.get(TERMINATION_MESSAGE_PATH)?;
-    let mount = req.mounts.iter().find(|m| &m.container_path == path)?;
-    let file = std::fs::File::open(&mount.host_path).ok()?;
-    let mut buf = Vec::new();
-    file.take(TERMINATION_MESSAGE_MAX)
-        .read_to_end(&mut buf)
-        .ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    (!text.is_empty()).then_some(text)
 }

@@ -1,9 +1,10 @@
 //! `runc exec` for ExecSync: capped output, a deadline that kills and reaps the process.
 //!
 //! runc runs in its own process group with `--pid-file`. On timeout (or when the caller
-//! abandons the exec) [`ExecKiller`] kills the exec'd process's group, the process and runc's
-//! group; runc then reaps the process and we reap runc. runc's own failures go to a per-exec
-//! log file, kept apart from the process's stderr.
+//! abandons the exec) [`ExecKiller`] kills the exec'd process and everything it started; runc
+//! reaps the process and exits, we reap runc, and a timed-out call returns only once the
+//! killed processes are reaped (critest looks for them right after). runc's own failures go
+//! to a per-exec log file, kept apart from the process's stderr.
 
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -19,6 +20,8 @@ use crate::sys::CommandExt;
 /// How long output may keep flowing after the process ended (a descendant that escaped the
 /// kill could hold the pipes open forever).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How long a timed-out exec waits for the processes it killed to be reaped.
+const REAP_WAIT: Duration = Duration::from_secs(1);
 
 /// Reads `r` to EOF keeping at most `cap` bytes in `out`; the rest is read and dropped so the
 /// writer never blocks.
@@ -143,12 +146,20 @@ pub(crate) async fn run(
     };
     let status = status.map_err(|e| fail(ErrorKind::Internal, format!("wait: {e}")))?;
     // runc is reaped: its pid (the group id) may be reused from now on.
-    killer.0 = None;
+    let disarmed = killer.0.take();
     if !drained {
         let _ = tokio::time::timeout(DRAIN_GRACE, &mut readers).await;
     }
     drop(readers);
     if timed_out {
+        if let Some(k) = disarmed {
+            if !k.wait_reaped(REAP_WAIT).await {
+                tracing::debug!(
+                    container = id,
+                    "exec timeout: killed processes not all reaped"
+                );
+            }
+        }
         return Ok(ExecOutput {
             exit_code: code_of(status),
             stdout: out,

@@ -263,11 +263,16 @@ impl Worker {
             c.name(),
             i.attempt,
         );
-        let message = volumes::termination_message(
-            &term_path,
-            c.spec.termination_message_policy.as_deref(),
-            std::path::Path::new(&i.log_path),
-            i.status.exit_code,
+        // Read here, at the pod layer, as the kubelet does (the runtime reports only its own
+        // reasons in the status message).
+        let message = volumes::with_runtime_message(
+            &i.status.message,
+            volumes::termination_message(
+                &term_path,
+                c.spec.termination_message_policy.as_deref(),
+                std::path::Path::new(&i.log_path),
+                i.status.exit_code,
+            ),
         );
         let reason = if i.status.reason.is_empty() {
             crate::runtime::status::reason_for(i.status.exit_code, false).to_string()
