@@ -18,7 +18,7 @@ SECURITY="${BOSUN_VM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
 PACKAGES=(
   systemd systemd-sysv dbus kmod linux-image-amd64 initramfs-tools
   runc
-  iproute2 iptables containernetworking-plugins
+  iproute2 iptables nftables containernetworking-plugins
   docker-registry apache2-utils openssl python3
   busybox psmisc procps util-linux mount attr tar zstd ca-certificates
 )
