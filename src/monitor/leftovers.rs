@@ -24,6 +24,7 @@ pub struct Leftovers {
     runtime: PathBuf,
     root: PathBuf,
     id: String,
+    systemd_cgroup: bool,
 }
 
 impl Leftovers {
@@ -35,19 +36,24 @@ impl Leftovers {
             runtime: config.runtime.clone(),
             root: config.runtime_root.clone(),
             id: config.id.clone(),
+            systemd_cgroup: config.systemd_cgroup,
         })
     }
 
     /// The runtime's command line after its binary.
     pub fn kill_args(&self) -> Vec<std::ffi::OsString> {
-        vec![
-            "--root".into(),
-            self.root.clone().into(),
+        let mut args: Vec<std::ffi::OsString> = vec!["--root".into(), self.root.clone().into()];
+        if self.systemd_cgroup {
+            // As for every other runc call of this container (oci::runc, monitor::runc).
+            args.push("--systemd-cgroup".into());
+        }
+        args.extend([
             "kill".into(),
             "--all".into(),
             self.id.clone().into(),
             "KILL".into(),
-        ]
+        ]);
+        args
     }
 
     /// SIGKILL to every process left in the container's cgroup; waits for the runtime (at
@@ -139,6 +145,7 @@ mod tests {
             stdin_once: false,
             tty: false,
             log_max_line: 0,
+            systemd_cgroup: false,
         };
         write(r#"{"type": "pid"}"#);
         assert_eq!(Leftovers::for_container(&config), None);
@@ -150,6 +157,27 @@ mod tests {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         assert_eq!(args, ["--root", "/run/r", "kill", "--all", "c1", "KILL"]);
+        let systemd = Leftovers {
+            systemd_cgroup: true,
+            ..l
+        };
+        let args: Vec<String> = systemd
+            .kill_args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "--root",
+                "/run/r",
+                "--systemd-cgroup",
+                "kill",
+                "--all",
+                "c1",
+                "KILL"
+            ]
+        );
     }
 
     #[test]
@@ -161,6 +189,7 @@ mod tests {
             runtime: script,
             root: "/r".into(),
             id: "c".into(),
+            systemd_cgroup: false,
         };
         l.kill().expect("kill");
         let missing = Leftovers {
