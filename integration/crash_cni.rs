@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::crash_steps::{call, Rpc, MASQUERADE, NEEDS};
+use crate::crash_steps::{self, call, Net, Rpc, NEEDS};
 use crate::support::cri;
 use crate::support::network::DEBIAN_PLUGINS;
 use crate::support::{block_on, leaks, trial};
@@ -36,14 +36,14 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// sandbox at once (NOTREADY, DEL). Had the old ADD gone on, it would create the veth, the
 /// lease and the masquerade chain after that DEL, for good.
 fn orphaned_add() -> Result<()> {
-    let mut d = cri::daemon_with(MASQUERADE)?;
+    let mut d = crash_steps::daemon(Net::Plugins)?;
     d.net().wrap(
         "bridge",
         &format!("[ \"$CNI_COMMAND\" = ADD ] && sleep 3\nexec {DEBIAN_PLUGINS}/bridge"),
     )?;
     let config = cri::pod_config(&d, "orphan");
-    // Plugin calls of an ADD: loopback, then bridge.
-    d.crash_at("cni.add.plugin-running=2@kill", |d| {
+    // Plugin calls of an ADD: bridge, then portmap (the loopback is set up in-process).
+    d.crash_at("cni.add.plugin-running=kill", |d| {
         call(d, Rpc::RunPod(&config))
     })?;
     // Longer than the slowed ADD: what it would have made is there by now.
@@ -98,7 +98,7 @@ fn del_cut_short() -> Result<()> {
 /// A pod whose first bridge DEL deletes the interface, then fails or (`crash`) hangs while the
 /// daemon is killed; StopPodSandbox again must leave no rule of the pod.
 fn interrupted_del(crash: bool) -> Result<()> {
-    let mut d = cri::daemon_with(MASQUERADE)?;
+    let mut d = crash_steps::daemon(Net::Plugins)?;
     let flag = d.dir().join("first-del-done");
     let end = if crash {
         "exec sleep 600"

@@ -863,7 +863,10 @@ pub fn leftovers(d: &Daemon) -> Vec<String> {
     // systemd driver: scopes (running or failed) of the daemon's slice and the slices below it.
     if let Some(base) = d.cgroup_parent().strip_suffix(".slice") {
         for unit in super::cgroup::units_with_prefix(&format!("{base}-")) {
-            out.push(format!("unit {unit}"));
+            let name = unit.split_whitespace().next().unwrap_or_default();
+            if !is_qos_slice(name) {
+                out.push(format!("unit {unit}"));
+            }
         }
     }
     out
@@ -871,11 +874,25 @@ pub fn leftovers(d: &Daemon) -> Vec<String> {
 
 /// `kubepods` and its `burstable`/`besteffort` cgroups: the node's, made with its first
 /// supervised pod and kept while the daemon lives (as the kubelet keeps them); the daemon's
-/// drop removes them with its cgroup parent.
+/// drop removes them with its cgroup parent. cgroupfs names them `kubepods/burstable`, the
+/// systemd driver `…-kubepods.slice/…-kubepods-burstable.slice`.
 fn is_qos_skeleton(cg: &Path) -> bool {
     let name = cg.file_name().unwrap_or_default();
     let parent = cg.parent().and_then(|p| p.file_name()).unwrap_or_default();
-    name == "kubepods" || (parent == "kubepods" && (name == "burstable" || name == "besteffort"))
+    name == "kubepods"
+        || (parent == "kubepods" && (name == "burstable" || name == "besteffort"))
+        || is_qos_slice(&name.to_string_lossy())
+}
+
+/// A systemd driver's QoS slice: `<parent>-kubepods.slice` and its burstable/besteffort.
+fn is_qos_slice(name: &str) -> bool {
+    [
+        "-kubepods.slice",
+        "-kubepods-burstable.slice",
+        "-kubepods-besteffort.slice",
+    ]
+    .iter()
+    .any(|s| name.ends_with(s))
 }
 
 /// Checks nothing is left of any sandbox or container (waiting up to 10 s for exits to

@@ -290,21 +290,37 @@ impl TestNet {
     /// A CNI config in the conf dir: Debian's bridge plugin (through the logging wrappers)
     /// with host-local leases in the same lease dir, no gateway route, no NAT.
     pub fn write_conflist(&self) -> std::io::Result<()> {
+        self.write_conflist_with(false)
+    }
+
+    /// [`TestNet::write_conflist`], with bridge's `ipMasq` (a chain and a POSTROUTING rule
+    /// per pod, named after the sandbox) and portmap after bridge when `masquerade`: two plugin
+    /// calls per ADD (bridge, portmap) and per DEL (portmap, bridge), as the embedded network
+    /// ran before it was made in-process.
+    pub fn write_conflist_with(&self, masquerade: bool) -> std::io::Result<()> {
+        let mut plugins = vec![serde_json::json!({
+            "type": "bridge",
+            "bridge": self.bridge,
+            "isGateway": true,
+            "ipMasq": masquerade,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": self.subnet()}]],
+                "dataDir": self.data_dir,
+            }
+        })];
+        if masquerade {
+            plugins.push(serde_json::json!({
+                "type": "portmap",
+                "capabilities": {"portMappings": true},
+            }));
+        }
         std::fs::write(
             self.conf_dir.join("10-plugins.conflist"),
             serde_json::json!({
                 "cniVersion": "1.0.0",
                 "name": self.name,
-                "plugins": [{
-                    "type": "bridge",
-                    "bridge": self.bridge,
-                    "isGateway": true,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": self.subnet()}]],
-                        "dataDir": self.data_dir,
-                    }
-                }]
+                "plugins": plugins,
             })
             .to_string(),
         )

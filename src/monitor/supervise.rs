@@ -80,6 +80,12 @@ pub fn run(
             }
             if arrived.child {
                 if let Some(exit) = reap(init)? {
+                    // The OOM counter now, before the drain: with the systemd driver the
+                    // scope (and its memory.events) goes as soon as systemd sees it empty,
+                    // and the kernel may delay the oom_kill change's event by up to 20 ms.
+                    if let Some(w) = oom.as_deref_mut() {
+                        w.changed();
+                    }
                     exited = Some((exit, Instant::now() + DRAIN));
                     end_leftovers(io, &mut buf, log, attach.as_deref_mut(), leftovers);
                 }
