@@ -134,7 +134,16 @@ main() {
   qemu_pid=$!
   tail -F -n +1 --pid="$qemu_pid" "$run/output" 2>/dev/null &
   tail_pid=$!
-  ( sleep "$timeout_secs"; kill "$qemu_pid" 2>/dev/null ) &
+  # The timer must neither outlive this script nor hold its output open (a `| tee` of this
+  # script waits for every writer): its sleep goes with it, and it writes nowhere.
+  (
+    exec >/dev/null 2>&1
+    sleep "$timeout_secs" &
+    sleep_pid=$!
+    trap 'kill "$sleep_pid"; exit 0' TERM
+    wait "$sleep_pid"
+    kill "$qemu_pid"
+  ) &
   timer_pid=$!
   wait "$qemu_pid" || true
   qemu_pid=
