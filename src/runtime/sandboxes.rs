@@ -136,7 +136,14 @@ impl Runtime {
         std::fs::create_dir_all(&meta.state_dir)
             .map_err(|e| Error::internal(format!("create {}: {e}", meta.state_dir.display())))?;
         let ns = PodNamespaces::create(&paths::ns_dir(&meta.state_dir), &opts)?;
-        Ok(ns.pid_holder.unwrap_or(0))
+        match ns.pid_holder {
+            Some(pid) => Ok(pid),
+            None if !own_pid => Ok(0),
+            // Never a READY pod whose containers cannot join its pid namespace.
+            None => Err(Error::internal(
+                "the pod's pid namespace holder is not running after its start",
+            )),
+        }
     }
 
     /// The pod's hostname, hosts (with `ips`) and resolv.conf files and its shm mount.

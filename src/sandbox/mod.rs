@@ -287,6 +287,29 @@ fn is_our_holder(pid: u32, dir: &Path) -> bool {
         && !is_zombie(pid)
 }
 
+/// Waits until the just-spawned holder `pid` shows as `bosun pod-init --dir <dir>`: a spawn
+/// returns once the child's exec has begun, but the kernel fills in its new command line a
+/// little later (seen on slow guests), and `open` only trusts a holder whose command line says
+/// so. Fails when the child died or did not get there within 10 s.
+pub(super) fn await_holder(pid: u32, dir: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_our_holder(pid, dir) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || is_zombie(pid) {
+            return Err(Error::internal(format!(
+                "the pid namespace holder (pid {pid}) exited at start"
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::internal(format!(
+                "the pid namespace holder (pid {pid}) did not start within 10 s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
@@ -327,6 +350,28 @@ mod tests {
             assert!(validate_hostname(bad, true).is_err(), "{bad}");
         }
         assert!(validate_hostname("a", false).is_err());
+    }
+
+    #[test]
+    fn a_holder_that_dies_at_start_fails_at_once_and_an_impostor_is_never_trusted() {
+        let dir = Path::new("/run/bosun-test-holder");
+        let mut dead = Command::new("true").spawn().expect("spawn true");
+        // Unreaped, it stays a zombie: what pinns sees when its holder died.
+        while !is_zombie(dead.id()) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let started = Instant::now();
+        let err = await_holder(dead.id(), dir).expect_err("a dead holder");
+        assert!(err.message().contains("exited at start"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let _ = dead.wait();
+        let mut other = Command::new("sleep")
+            .arg("1000")
+            .spawn()
+            .expect("spawn sleep");
+        assert!(!is_our_holder(other.id(), dir));
+        let _ = other.kill();
+        let _ = other.wait();
     }
 
     #[test]

@@ -290,8 +290,9 @@ fn configure(args: &Args, checked: &[(String, SysctlNs, String)]) -> Result<()> 
     Ok(())
 }
 
-/// Records the pid holder in `dir` and reports it on stdout.
+/// Records the pid holder in `dir` once it runs as one, and reports it on stdout.
 fn record_holder(dir: &Path, pid: u32, undo: &mut Undo) -> Result<()> {
+    super::await_holder(pid, dir)?;
     let file = dir.join(PID_HOLDER_FILE);
     crate::store::atomic::write_atomic(&file, format!("{pid}\n").as_bytes())?;
     undo.files.push(file);
