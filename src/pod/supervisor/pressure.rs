@@ -42,10 +42,11 @@ pub fn open_node(config: &Config, images: &Arc<Images>) -> Result<Node> {
         let root = qos::root_name(&config.node.cgroup_root).unwrap_or_default();
         QosCgroups::new(h, root, config.node.pod_pids_limit, limit)
     });
-    let pods = qos
-        .as_ref()
-        .zip(limit)
-        .map(|(q, l)| (q.dir_of(&q.pods_name()), l.memory));
+    let pods = qos.as_ref().zip(limit).map(|(q, l)| signals::PodsCgroup {
+        dir: q.dir_of(&q.pods_name()),
+        memory: l.memory,
+        pids: (settings.allocation.reserved.pids > 0).then_some(l.pids),
+    });
     let source = signals::Host {
         cgroups,
         pods,
