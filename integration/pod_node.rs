@@ -1,6 +1,6 @@
 //! Node resources of supervised pods on a node whose allocatable is made small by `[node]`:
 //! admission refusals with the kubelet's reasons and messages, priority classes, critical-pod
-//! preemption, and the kubepods QoS cgroups read back from cgroupfs.
+//! preemption, and the kubepods QoS cgroups read back from cgroupfs (eviction: pod_eviction.rs).
 
 use std::path::{Path, PathBuf};
 
@@ -11,9 +11,13 @@ use crate::support::cri::{self, NEEDS};
 use crate::support::pods::{self, BUSYBOX};
 use crate::support::{trial, Daemon, Need};
 
+/// A supervised-pod test's needs and `more`.
+pub(crate) fn needs_and(more: Need) -> &'static [Need] {
+    Vec::leak(NEEDS.iter().copied().chain([more]).collect())
+}
+
 pub fn trials() -> Vec<libtest_mimic::Trial> {
-    let v1: Vec<Need> = NEEDS.iter().copied().chain([Need::CgroupV1]).collect();
-    let v1: &'static [Need] = Vec::leak(v1);
+    let v1 = needs_and(Need::CgroupV1);
     vec![
         trial(
             "pod::node::admission_refuses_pods_that_do_not_fit",
@@ -31,16 +35,6 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             critical_preempts,
         ),
         trial(
-            "pod::node::memory_pressure_evicts_the_pod_over_its_request",
-            v1,
-            memory_eviction,
-        ),
-        trial(
-            "pod::node::soft_threshold_waits_its_grace_and_caps_the_pod_grace",
-            v1,
-            soft_eviction,
-        ),
-        trial(
             "pod::node::qos_cgroups_carry_requests_and_limits_v1",
             v1,
             qos_cgroups_v1,
@@ -56,7 +50,17 @@ fn small_node(pods: u32, more: &str) -> Result<Daemon> {
 
 /// [`small_node`] with `eviction_hard` (a TOML inline table); the hard memory.available
 /// threshold is also taken from allocatable and watched on `kubepods` (512 MiB).
-fn small_node_evicting(pods: u32, eviction_hard: &str, more: &str) -> Result<Daemon> {
+pub(crate) fn small_node_evicting(pods: u32, eviction_hard: &str, more: &str) -> Result<Daemon> {
+    small_node_reserving(pods, eviction_hard, "", more)
+}
+
+/// [`small_node_evicting`] with `reserve` (`, pid = "N"`) added to `system_reserved`.
+pub(crate) fn small_node_reserving(
+    pods: u32,
+    eviction_hard: &str,
+    reserve: &str,
+    more: &str,
+) -> Result<Daemon> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
     let meminfo = std::fs::read_to_string("/proc/meminfo")?;
     let total_kib: i64 = meminfo
@@ -67,7 +71,7 @@ fn small_node_evicting(pods: u32, eviction_hard: &str, more: &str) -> Result<Dae
     let node = format!(
         "max_pods = {pods}\neviction_hard = {eviction_hard}\n\
          kube_reserved = {{ cpu = \"{}m\" }}\n\
-         system_reserved = {{ memory = \"{}\" }}\n{more}",
+         system_reserved = {{ memory = \"{}\"{reserve} }}\n{more}",
         cpus * 1000 - 500,
         total_kib * 1024 - (512 << 20)
     );
@@ -75,7 +79,7 @@ fn small_node_evicting(pods: u32, eviction_hard: &str, more: &str) -> Result<Dae
 }
 
 /// A pod with one sleeping container and `resources` (YAML flow map) and `spec` lines.
-fn pod(name: &str, resources: &str, spec: &str) -> String {
+pub(crate) fn pod(name: &str, resources: &str, spec: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
@@ -92,19 +96,25 @@ spec:
     )
 }
 
-fn run(d: &Daemon, yaml: &str, name: &str) -> Result<Pod> {
+pub(crate) fn run(d: &Daemon, yaml: &str, name: &str) -> Result<Pod> {
     pods::apply(d, yaml)?;
     pods::wait_for(d, name, 60, "running", |p| pods::running(p, "main"))
 }
 
-fn reason_message(p: &Pod) -> (String, String) {
+pub(crate) fn reason_message(p: &Pod) -> (String, String) {
     let s = p.status.clone().unwrap_or_default();
     (s.reason.unwrap_or_default(), s.message.unwrap_or_default())
 }
 
 /// Applies `yaml` and waits for the pod to be refused: phase Failed, `reason`, `message`,
 /// no container ever started, a Warning event with the reason.
-fn refused(d: &Daemon, yaml: &str, name: &str, reason: &str, message: &str) -> Result<()> {
+pub(crate) fn refused(
+    d: &Daemon,
+    yaml: &str,
+    name: &str,
+    reason: &str,
+    message: &str,
+) -> Result<()> {
     pods::apply(d, yaml)?;
     let p = pods::wait_for(d, name, 30, "Failed", |p| pods::phase(p) == "Failed")?;
     let (r, m) = reason_message(&p);
@@ -127,7 +137,7 @@ fn refused(d: &Daemon, yaml: &str, name: &str, reason: &str, message: &str) -> R
 }
 
 /// `bosun node describe`'s text.
-fn node_describe(d: &Daemon) -> Result<String> {
+pub(crate) fn node_describe(d: &Daemon) -> Result<String> {
     let out = d.cli(&["node", "describe"])?;
     ensure!(
         out.status.success(),
@@ -138,7 +148,7 @@ fn node_describe(d: &Daemon) -> Result<String> {
 }
 
 /// `text` has a line containing every one of `parts`.
-fn has_line(text: &str, parts: &[&str]) -> Result<()> {
+pub(crate) fn has_line(text: &str, parts: &[&str]) -> Result<()> {
     ensure!(
         text.lines().any(|l| parts.iter().all(|p| l.contains(p))),
         "no line with {parts:?} in:\n{text}"
@@ -146,7 +156,20 @@ fn has_line(text: &str, parts: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn delete_all(d: &Daemon, names: &[&str]) -> Result<()> {
+/// Each of `names` still runs its container `container` (eviction passed it by).
+pub(crate) fn untouched(d: &Daemon, names: &[&str], container: &str) -> Result<()> {
+    for name in names {
+        let p = pods::get(d, name)?.with_context(|| name.to_string())?;
+        ensure!(
+            pods::phase(&p) == "Running" && pods::running(&p, container),
+            "{name} was touched: {:?}",
+            p.status
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn delete_all(d: &Daemon, names: &[&str]) -> Result<()> {
     let mut args = vec!["delete", "--wait=true"];
     args.extend_from_slice(names);
     pods::cli(d, &args)?;
@@ -236,7 +259,7 @@ fn restart_keeps_admission() -> Result<()> {
     cri::with_log(&d, r)
 }
 
-fn write_classes(dir: &Path) -> Result<()> {
+pub(crate) fn write_classes(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(
         dir.join("classes.yaml"),
@@ -325,14 +348,14 @@ fn critical_preempts() -> Result<()> {
 }
 
 /// The cgroup v1 directory of controller `c` for cgroup `rel` (below the daemon's parent).
-fn v1(c: &str, parent: &str, rel: &str) -> PathBuf {
+pub(crate) fn v1(c: &str, parent: &str, rel: &str) -> PathBuf {
     Path::new("/sys/fs/cgroup")
         .join(c)
         .join(parent.trim_start_matches('/'))
         .join(rel)
 }
 
-fn read(dir: &Path, file: &str) -> Result<String> {
+pub(crate) fn read(dir: &Path, file: &str) -> Result<String> {
     let p = dir.join(file);
     Ok(std::fs::read_to_string(&p)
         .with_context(|| format!("read {}", p.display()))?
@@ -340,7 +363,7 @@ fn read(dir: &Path, file: &str) -> Result<String> {
         .to_string())
 }
 
-fn uid(p: &Pod) -> String {
+pub(crate) fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().unwrap_or_default()
 }
 
@@ -437,155 +460,6 @@ fn qos_cgroups_v1() -> Result<()> {
             "burstable shares after delete"
         );
         cri::assert_clean(&d)
-    })();
-    cri::with_log(&d, r)
-}
-
-/// A pod whose container holds about `mib` MiB of anonymous memory (busybox tail buffering a
-/// pipe that never closes) under a 300 MiB memory limit.
-fn hog(name: &str, mib: u64) -> String {
-    let bytes = mib << 20;
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  terminationGracePeriodSeconds: 30
-  containers:
-  - name: hog
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "(head -c {bytes} /dev/zero; exec sleep 3600) | tail -c {bytes} >/dev/null"]
-    resources: {{requests: {{memory: 16Mi}}, limits: {{memory: 300Mi}}}}
-"#
-    )
-}
-
-/// Real memory pressure inside `kubepods` (limit 512 MiB, hard memory.available 350 Mi, so
-/// pods may use about 162 MiB): a hog holding 210 MiB is evicted (Failed, reason Evicted, the
-/// kubelet's message, DisruptionTarget, a Warning event) within a second or two of a 1 s
-/// housekeeping interval; the Guaranteed pod and the higher-priority BestEffort pod stay;
-/// a BestEffort pod applied under MemoryPressure is refused.
-fn memory_eviction() -> Result<()> {
-    let d = small_node_evicting(
-        10,
-        "{ \"memory.available\" = \"350Mi\" }",
-        "housekeeping_interval = \"1s\"\neviction_pressure_transition_period = \"30s\"\n",
-    )?;
-    let r = (|| {
-        write_classes(&d.dir().join("priorityclasses"))?;
-        run(
-            &d,
-            &pod(
-                "steady",
-                "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 100m, memory: 32Mi}}",
-                "",
-            ),
-            "steady",
-        )?;
-        run(
-            &d,
-            &pod("idle", "{}", "  priorityClassName: high\n"),
-            "idle",
-        )?;
-        pods::apply(&d, &hog("hog", 210))?;
-        let running = pods::wait_for(&d, "hog", 60, "running", |p| pods::running(p, "hog"))?;
-        let t = std::time::Instant::now();
-        let p = pods::wait_for(&d, "hog", 30, "evicted", |p| pods::phase(p) == "Failed")?;
-        let took = t.elapsed();
-        println!("hog running to Failed (Evicted) in {took:.2?}");
-        drop(running);
-        let (r, m) = reason_message(&p);
-        ensure!(r == "Evicted", "hog: reason {r:?} ({m})");
-        ensure!(
-            m.starts_with(
-                "The node was low on resource: memory. Threshold quantity: 350Mi, available: "
-            ) && m.contains("Container hog was using ")
-                && m.contains(", request is 16Mi, has larger consumption of memory. "),
-            "hog: message {m:?}"
-        );
-        ensure!(
-            pods::condition(&p, "DisruptionTarget") == "True",
-            "hog: no DisruptionTarget: {:?}",
-            p.status
-        );
-        let events = pods::cli(&d, &["events", "hog"])?;
-        ensure!(
-            events.contains("Warning") && events.contains("Evicted"),
-            "hog's events:\n{events}"
-        );
-        ensure!(
-            took < std::time::Duration::from_secs(10),
-            "eviction took {took:?}"
-        );
-        refused(
-            &d,
-            &pod("late", "{}", ""),
-            "late",
-            "Evicted",
-            "Pod was rejected: The node had condition: [MemoryPressure]. ",
-        )?;
-        let text = node_describe(&d)?;
-        has_line(
-            &text,
-            &["MemoryPressure", "True", "KubeletHasInsufficientMemory"],
-        )?;
-        has_line(
-            &text,
-            &[
-                "Warning",
-                "EvictionThresholdMet",
-                "Attempting to reclaim memory",
-            ],
-        )?;
-        has_line(&text, &["Normal", "NodeHasInsufficientMemory"])?;
-        // One eviction relieved the pressure: the others keep running.
-        std::thread::sleep(std::time::Duration::from_secs(3));
-        for name in ["steady", "idle"] {
-            let p = pods::get(&d, name)?.context(name)?;
-            ensure!(
-                pods::phase(&p) == "Running" && pods::running(&p, "main"),
-                "{name} was touched: {:?}",
-                p.status
-            );
-        }
-        delete_all(&d, &["steady", "idle", "hog", "late"])
-    })();
-    cri::with_log(&d, r)
-}
-
-/// A soft allocatableMemory.available threshold (350Mi of kubepods' 512 MiB, grace 4 s): the
-/// hog is evicted only after the threshold held 4 s, and its stop takes
-/// evictionMaxPodGracePeriod (2 s), not its own 30 s (its shell, pid 1, ignores TERM).
-fn soft_eviction() -> Result<()> {
-    let d = small_node_evicting(
-        10,
-        "{}",
-        "housekeeping_interval = \"1s\"\neviction_max_pod_grace_period = 2\n\
-         eviction_soft = { \"allocatableMemory.available\" = \"350Mi\" }\n\
-         eviction_soft_grace_period = { \"allocatableMemory.available\" = \"4s\" }\n",
-    )?;
-    let r = (|| {
-        pods::apply(&d, &hog("hog", 210))?;
-        pods::wait_for(&d, "hog", 60, "running", |p| pods::running(p, "hog"))?;
-        let t = std::time::Instant::now();
-        let p = pods::wait_for(&d, "hog", 30, "evicted", |p| pods::phase(p) == "Failed")?;
-        let evicted = t.elapsed();
-        let (r, m) = reason_message(&p);
-        ensure!(r == "Evicted", "hog: reason {r:?} ({m})");
-        ensure!(
-            evicted >= std::time::Duration::from_secs(4),
-            "evicted {evicted:?} after running: the 4 s soft grace was not honoured"
-        );
-        let t = std::time::Instant::now();
-        pods::wait_for(&d, "hog", 20, "stopped", |p| !pods::running(p, "hog"))?;
-        let stopped = t.elapsed();
-        println!("soft eviction after {evicted:.2?}; container stopped {stopped:.2?} later");
-        ensure!(
-            stopped < std::time::Duration::from_secs(10),
-            "the evicted pod took {stopped:?} to stop (max pod grace 2 s)"
-        );
-        delete_all(&d, &["hog"])
     })();
     cri::with_log(&d, r)
 }

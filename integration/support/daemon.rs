@@ -39,6 +39,18 @@ impl Daemon {
         Self::start_with_env(config, &[])
     }
 
+    /// [`Daemon::start`] once `before` has prepared its scratch dir (e.g. mounted a small file
+    /// system where the root goes: every mount below the scratch dir goes with the daemon).
+    pub fn start_after(
+        config: &str,
+        before: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Daemon> {
+        let mut d = Self::prepare(config)?;
+        before(d.dir.path())?;
+        d.spawn()?;
+        Ok(d)
+    }
+
     /// [`Daemon::start`] with `env` added to the daemon's environment.
     pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> anyhow::Result<Daemon> {
         let mut d = Self::prepare(config)?;

@@ -19,13 +19,23 @@ pub fn daemon(backoff_max: u64, extra: &str) -> Result<Daemon> {
 /// cgroup parent, so nothing outlives it). [`daemon`] turns eviction off: a CI machine short
 /// of disk must not evict other tests' pods.
 pub fn node_daemon(backoff_max: u64, extra: &str, node: &str) -> Result<Daemon> {
+    node_daemon_after(backoff_max, extra, node, |_| Ok(()))
+}
+
+/// [`node_daemon`], started once `before` has prepared its scratch dir.
+pub fn node_daemon_after(
+    backoff_max: u64,
+    extra: &str,
+    node: &str,
+    before: impl FnOnce(&std::path::Path) -> Result<()>,
+) -> Result<Daemon> {
     let config = format!(
         "default_cgroup_parent = \"@CGROUP@\"\n{extra}\n[pod]\nlog_dir = \"@DIR@/pod-logs\"\n\
          configmap_dir = \"@DIR@/configmaps\"\nsecret_dir = \"@DIR@/secrets\"\n\
          manifest_dir = \"@DIR@/manifests\"\nbackoff_initial_secs = 1\nbackoff_max_secs = {backoff_max}\n\
          [node]\ncgroup_root = \"@CGROUP@\"\npriority_class_dir = \"@DIR@/priorityclasses\"\n{node}\n"
     );
-    let d = cri::daemon_with(&config)?;
+    let d = cri::daemon_after(&config, before)?;
     cri::import(&d, "busybox")?;
     Ok(d)
 }

@@ -14,13 +14,23 @@ pub trait Source: Send + Sync {
     fn observe(&self) -> Observations;
 }
 
+/// The `kubepods` cgroup when allocatable is enforced on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodsCgroup {
+    /// Its directory, as the stats readers take it.
+    pub dir: String,
+    /// The memory it may use (bytes): the allocatableMemory.available signal's capacity.
+    pub memory: i64,
+    /// Its `pids.max` when a `pid` reservation limits it; `None`: only the host's pids count.
+    pub pids: Option<i64>,
+}
+
 /// The host's readings, as the kubelet's summary gives them.
 pub struct Host {
     /// The cgroup reader (root and `kubepods` memory).
     pub cgroups: Arc<dyn Cgroups>,
-    /// `kubepods`'s directory and the memory it may use (allocatable enforcement); `None`:
-    /// no pod cgroups, no allocatable signal.
-    pub pods: Option<(String, i64)>,
+    /// `kubepods` (allocatable enforcement); `None`: no pod cgroups, no allocatable signal.
+    pub pods: Option<PodsCgroup>,
     /// A path on the node filesystem (bosun's root).
     pub nodefs: PathBuf,
     /// A path on the image filesystem (the image store).
@@ -59,6 +69,16 @@ pub fn running_tasks() -> Option<i64> {
     field.split('/').nth(1)?.parse().ok()
 }
 
+/// pid.available: the scarcer of the host's (`pid_max` − tasks) and kubepods' (`pids.max` −
+/// `pids.current`) readings.
+fn pid_available(host: Option<Observation>, pods: Option<Observation>) -> Option<Observation> {
+    match (host, pods) {
+        (Some(h), Some(p)) if p.available < h.available => Some(p),
+        (Some(h), _) => Some(h),
+        (None, p) => p,
+    }
+}
+
 impl Source for Host {
     fn observe(&self) -> Observations {
         let mut out = Observations::new();
@@ -82,16 +102,15 @@ impl Source for Host {
                 },
             );
         }
-        if let Some((dir, limit)) = &self.pods {
-            if let Some(m) = self.cgroups.stats(dir).memory {
-                out.insert(
-                    Signal::AllocatableMemoryAvailable,
-                    Observation {
-                        available: (*limit - m.working_set_bytes as i64) as f64,
-                        capacity: *limit as f64,
-                    },
-                );
-            }
+        let pods_stats = self.pods.as_ref().map(|p| (p, self.cgroups.stats(&p.dir)));
+        if let Some((p, Some(m))) = pods_stats.as_ref().map(|(p, s)| (p, s.memory.as_ref())) {
+            out.insert(
+                Signal::AllocatableMemoryAvailable,
+                Observation {
+                    available: (p.memory - m.working_set_bytes as i64) as f64,
+                    capacity: p.memory as f64,
+                },
+            );
         }
         fs(
             &self.nodefs,
@@ -105,15 +124,24 @@ impl Source for Host {
             Signal::ImageFsAvailable,
             Signal::ImageFsInodesFree,
         );
-        if let Some(tasks) = running_tasks() {
+        let host = running_tasks().map(|tasks| {
             let max = max_pids();
-            out.insert(
-                Signal::PidAvailable,
-                Observation {
-                    available: (max - tasks) as f64,
-                    capacity: max as f64,
-                },
-            );
+            Observation {
+                available: (max - tasks) as f64,
+                capacity: max as f64,
+            }
+        });
+        // With a `pid` reservation kubepods has a pids.max of its own: its pods run out there
+        // first, whatever the host has left (and other workloads' processes do not count).
+        let pods = pods_stats.and_then(|(p, s)| {
+            let max = p.pids?;
+            Some(Observation {
+                available: (max - s.pids? as i64) as f64,
+                capacity: max as f64,
+            })
+        });
+        if let Some(o) = pid_available(host, pods) {
+            out.insert(Signal::PidAvailable, o);
         }
         out
     }
@@ -148,5 +176,20 @@ mod tests {
             );
         }
         assert!(running_tasks().is_some_and(|t| t > 1));
+    }
+
+    #[test]
+    fn pid_available_is_the_scarcer_of_host_and_kubepods() {
+        let o = |available, capacity| Observation {
+            available,
+            capacity,
+        };
+        let host = o(4_000_000.0, 4_194_304.0);
+        let pods = o(90.0, 400.0);
+        assert_eq!(pid_available(Some(host), Some(pods)), Some(pods));
+        assert_eq!(pid_available(Some(host), None), Some(host));
+        assert_eq!(pid_available(None, Some(pods)), Some(pods));
+        let tight = o(10.0, 4_194_304.0);
+        assert_eq!(pid_available(Some(tight), Some(pods)), Some(tight));
     }
 }
