@@ -1,11 +1,12 @@
-//! Deferred deletion: removed objects' directories renamed into a trash dir, deleted in the background.
+//! Deferred deletion: removed objects' directories, renamed into a trash dir, deleted later.
 //!
-//! The rename is atomic and frees the path at once; one background worker deletes the entries,
-//! and the next start finishes what a crash left (see [`Trash::sweep`]). Why: deleting a container's files on the RPC path cost tens of milliseconds (issue 13), most
-//! of it in the overlay's unmount, which syncs the whole upper filesystem. A rename into
+//! The rename is atomic and frees the path at once; one background worker deletes the
+//! entries, and the next start finishes what a crash left (see [`Trash::sweep`]). Why:
+//! deleting a container's files on the RPC path cost tens of milliseconds (issue 13), most of
+//! it in the overlay's unmount, which syncs the whole upper filesystem. A rename into
 //! `<dir>/trash` on the same filesystem is one syscall, and after it the object no longer
-//! exists for recovery (it reads `{sandboxes,containers}/<id>` only). The worker detaches every
-//! mount below an entry before it deletes anything, so nothing is ever deleted through a mount.
+//! exists for recovery (it reads `{sandboxes,containers}/<id>` only). The worker detaches
+//! every mount below an entry before it deletes anything: nothing is deleted through a mount.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
