@@ -214,7 +214,7 @@ async fn pods_named(rt: &mut Rt, config: &pb::PodSandboxConfig) -> Result<Vec<pb
 }
 
 /// Removes every pod left (stop, then remove: both must succeed) and checks nothing is left.
-fn remove_all_and_check(d: &Daemon, seen: &mut Vec<String>) -> Result<()> {
+pub fn remove_all_and_check(d: &Daemon, seen: &mut Vec<String>) -> Result<()> {
     cri::with_log(
         d,
         block_on(async {
@@ -345,7 +345,12 @@ fn create_container() -> Result<()> {
 }
 
 /// A pod with one container created (not started) from `script`; waits for nothing.
-fn pod_with_container(d: &Daemon, image: &str, script: &str, start: bool) -> Result<(Pod, String)> {
+pub fn pod_with_container(
+    d: &Daemon,
+    image: &str,
+    script: &str,
+    start: bool,
+) -> Result<(Pod, String)> {
     cri::with_log(
         d,
         block_on(async {

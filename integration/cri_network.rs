@@ -380,6 +380,12 @@ fn released_on_stop() -> Result<()> {
                 "veth kept: {:?}",
                 d.net().veths()
             );
+            // Unplugged at once; the pair itself goes with the pod's netns.
+            let link = std::path::Path::new("/sys/class/net").join(&veth);
+            ensure!(
+                wait_until(10, || !link.exists()),
+                "veth {veth} still on the host 10 s after StopPodSandbox"
+            );
             let (ip_after, _) = pod_ips(&mut rt, &pod.id).await?;
             ensure!(ip_after.is_empty(), "stopped pod still reports {ip_after}");
             stop_pod(&mut rt, &pod.id).await?;

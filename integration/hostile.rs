@@ -43,6 +43,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// scratch dir (root, state, log dirs), mounts, processes, cgroups, runc containers, IP
 /// leases, firewall rules and the bridge.
 fn snapshot(d: &Daemon) -> BTreeSet<String> {
+    // A removal (also the undo of a failed creation) deletes in the background: what it
+    // moved into the trash must be gone too, within seconds.
+    let trash = [d.state().join("trash"), d.root().join("trash")];
+    crate::support::wait_until(10, || trash.iter().all(|t| cri::entries(t).is_empty()));
     let mut out = BTreeSet::new();
     walk(d.dir(), d.dir(), &mut out);
     for (mp, fs) in cri::mounts_under(d.dir()) {

@@ -5,6 +5,7 @@ mod crash_churn;
 mod crash_cni;
 mod crash_lock;
 mod crash_steps;
+mod crash_trash;
 mod crash_userns;
 mod cri_conform;
 mod cri_containers;
@@ -72,6 +73,7 @@ fn main() {
     trials.extend(cri_features::trials());
     trials.extend(cri_userns::trials());
     trials.extend(crash_steps::trials());
+    trials.extend(crash_trash::trials());
     trials.extend(crash_cni::trials());
     trials.extend(crash_userns::trials());
     trials.extend(crash_churn::trials());

@@ -854,6 +854,9 @@ pub fn leftovers(d: &Daemon) -> Vec<String> {
         d.state().join("containers"),
         d.root().join("sandboxes"),
         d.root().join("containers"),
+        // Removals delete in the background: nothing may stay there.
+        d.state().join("trash"),
+        d.root().join("trash"),
     ] {
         for e in entries(&dir) {
             out.push(format!("dir {}", dir.join(e).display()));

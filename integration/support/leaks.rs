@@ -1,7 +1,7 @@
 //! The full leak check of the crash tests: once every pod is removed, nothing any pod had may
 //! be left on the host — files under the daemon's dirs, mounts and pinned namespaces,
 //! processes (monitors, pod inits, runc, CNI plugin calls), cgroups, runc state, IP leases,
-//! veths on the bridge, iptables/ip6tables rules and chains.
+//! veths (on the bridge or not), iptables/ip6tables rules and chains.
 
 use std::path::{Path, PathBuf};
 
@@ -84,6 +84,15 @@ pub fn leaks(d: &Daemon, sandbox_ids: &[String]) -> Vec<String> {
         cri::entries(&brif)
             .into_iter()
             .map(|v| format!("veth {v} on bridge {}", net.bridge)),
+    );
+    // The embedded network unplugs a pod's veth and leaves the pair to the netns's end: it
+    // must be gone from the host too, not merely off the bridge.
+    out.extend(
+        sandbox_ids
+            .iter()
+            .map(|id| bosun::network::native::veth_name(id))
+            .filter(|v| Path::new("/sys/class/net").join(v).exists())
+            .map(|v| format!("veth {v} (off the bridge)")),
     );
     let chains: Vec<String> = sandbox_ids
         .iter()

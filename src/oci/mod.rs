@@ -16,6 +16,7 @@ mod process;
 pub mod request;
 pub mod resources;
 pub mod runc;
+mod runc_delete;
 pub mod runtime;
 pub mod seccomp;
 mod security;

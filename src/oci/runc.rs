@@ -73,6 +73,11 @@ pub trait OciRuntime: Send + Sync {
     async fn kill(&self, id: &str, signal: i32, all: bool) -> Result<()>;
     /// `runc delete [--force]`: removes the container's runtime state (and cgroup).
     async fn delete(&self, id: &str, force: bool) -> Result<()>;
+    /// `runc delete --force` of a container whose init has exited (after its exit, at
+    /// removal); an implementation may do it without spawning the runtime.
+    async fn delete_stopped(&self, id: &str) -> Result<()> {
+        self.delete(id, true).await
+    }
     /// `runc state`: `None` when the runtime does not know the container.
     async fn state(&self, id: &str) -> Result<Option<State>>;
     /// `runc update --resources -`: applies OCI `linux.resources` JSON.
@@ -278,6 +283,27 @@ impl OciRuntime for Runc {
         }
         args.push(id.into());
         self.run(id, "delete", args, None).await.map(drop)
+    }
+
+    async fn delete_stopped(&self, id: &str) -> Result<()> {
+        // The systemd driver's cgroups are scopes only systemd (through runc) stops.
+        if !self.systemd_cgroup {
+            let (root, cid) = (self.root.clone(), id.to_string());
+            let outcome = tokio::task::spawn_blocking(move || {
+                super::runc_delete::delete_stopped(&root, &cid)
+            })
+            .await
+            .map_err(|e| Error::internal(format!("container {id}: delete task: {e}")))?;
+            match outcome {
+                super::runc_delete::Outcome::Deleted | super::runc_delete::Outcome::Absent => {
+                    return Ok(())
+                }
+                super::runc_delete::Outcome::NeedsRunc(why) => {
+                    tracing::debug!(container = %id, "runc delete needed: {why}");
+                }
+            }
+        }
+        self.delete(id, true).await
     }
 
     async fn state(&self, id: &str) -> Result<Option<State>> {

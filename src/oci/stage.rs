@@ -205,6 +205,13 @@ pub fn unstage(dir: &Path) -> Result<()> {
     if std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
         return Ok(());
     }
+    unmount_and_remove(dir)
+}
+
+/// Detaches every mount at or below `dir` (deepest first, stacked ones too) and removes
+/// `dir` with everything in it. Fails, keeping `dir` (nothing ever deletes through a mount),
+/// when one stays mounted; an absent `dir` is fine.
+pub fn unmount_and_remove(dir: &Path) -> Result<()> {
     let mut points = crate::oci::mounts::mount_points_under(dir);
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for p in &points {
@@ -217,7 +224,7 @@ pub fn unstage(dir: &Path) -> Result<()> {
     let left = crate::oci::mounts::mount_points_under(dir);
     if let Some(p) = left.first() {
         return Err(Error::internal(format!(
-            "unstage {}: {} is still mounted",
+            "remove {}: {} is still mounted",
             dir.display(),
             p.display()
         )));

@@ -17,7 +17,7 @@ use crate::oci::stage::{self, IdmapNamespaces};
 use crate::oci::{
     build_spec, userns, ContainerRequest, HostFacts, SandboxContext, SpecOptions, UserNamespaceMode,
 };
-use crate::store::atomic::write_atomic;
+use crate::store::atomic::write_atomic_nosync;
 
 /// Checks `req` against its pod and this node before anything is made: its user namespace
 /// must be the pod's (unset means the pod's), ID-mapped mounts well formed, recursive
@@ -114,7 +114,9 @@ pub fn prepare(req: &ContainerRequest, p: &Prepare<'_>) -> Result<UserIds> {
     }
     let json = serde_json::to_vec_pretty(&spec)
         .map_err(|e| Error::internal(format!("encode config.json: {e}")))?;
-    write_atomic(&bundle.join("config.json"), &json)?;
+    // The bundle lives in the state dir: after a power cut its container is gone, so a
+    // rename (no fsync, ~4 ms less per CreateContainer here) is all it needs.
+    write_atomic_nosync(&bundle.join("config.json"), &json)?;
     Ok(spec
         .process()
         .as_ref()

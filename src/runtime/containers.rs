@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::events::EventKind;
 use super::meta::{ContainerMeta, NewContainer, SandboxEntry};
 use super::paths;
-use super::rootfs;
 use super::service::{require_id, Runtime};
 use super::signal;
 use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState, UserIds};
@@ -402,14 +401,13 @@ impl Runtime {
             let _ = tokio::time::timeout(Duration::from_secs(10), handle.exited()).await;
         }
         let _life = handle.lifecycle.lock().await;
-        if entry.status().removing {
+        if self.find_container(&id)?.is_none() {
             // A concurrent remove got here first and finished.
-            if self.find_container(&id)?.is_none() {
-                return Ok(());
-            }
-        } else {
-            entry.update(|s| s.set_removing())?;
+            return Ok(());
         }
+        // No `removing` mark is written first: the exit is recorded, and the teardown below
+        // is one rename per directory, each leaving a state that Remove (or recovery) takes
+        // up again.
         crate::failpoint!("container.remove.marked");
         self.discard_container(&id).await;
         self.drop_handle(&id);
@@ -418,53 +416,40 @@ impl Runtime {
         Ok(())
     }
 
-    /// `runc delete --force` if runc still knows the container. Usually the exit path has
-    /// deleted it already; spawning runc (~7 ms) only to hear "does not exist" made
-    /// RemovePodSandbox and a restart with many exited containers slow.
+    /// `runc delete --force` if runc still knows the container (in-process when its init is
+    /// gone, see `OciRuntime::delete_stopped`). Usually the exit path has deleted it already;
+    /// spawning runc (~7 ms) only to hear "does not exist" made RemovePodSandbox and a
+    /// restart with many exited containers slow.
     pub(super) async fn delete_runc_state(&self, id: &str) {
         if !self.layout.runc_root().join(id).exists() {
             return;
         }
-        if let Err(e) = self.runc.delete(id, true).await {
+        if let Err(e) = self.runc.delete_stopped(id).await {
             tracing::debug!(container = %id, "runc delete: {e}");
         }
     }
 
     /// Removes everything of container `id` that exists (idempotent, best effort for the OS
-    /// pieces, errors logged); the record goes last.
+    /// pieces, errors logged); the record goes last. The directories are moved into the trash
+    /// (the bundle with its rootfs mount first, then the record with the writable layer) and
+    /// unmounted and deleted in the background: the overlay's unmount syncs the whole upper
+    /// filesystem, tens of milliseconds the caller need not wait for (issue 13).
     pub(super) async fn discard_container(&self, id: &str) {
         let t0 = std::time::Instant::now();
         self.delete_runc_state(id).await;
         let runc = t0.elapsed();
         let dir = self.layout.container_dir(id);
-        let rootfs = paths::rootfs(&dir);
-        let rw = self.layout.rw_dir(id);
-        let cleanup = tokio::task::spawn_blocking(move || -> Result<()> {
-            // Staged mounts first: nothing may delete through one.
-            crate::oci::stage::unstage(&crate::oci::stage::stage_dir(&dir))?;
-            rootfs::unmount(&rootfs)?;
-            for d in [&dir, &rw] {
-                match std::fs::remove_dir_all(d) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(Error::internal(format!("remove {}: {e}", d.display())))
-                    }
-                    _ => {}
-                }
-            }
-            Ok(())
-        })
-        .await;
-        match cleanup {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(container = %id, "cleanup: {e}"),
-            Err(e) => tracing::warn!(container = %id, "cleanup task: {e}"),
+        if let Err(e) = self.trash.put(super::trash::Bin::Volatile, &dir) {
+            tracing::warn!(container = %id, "cleanup: {e}");
         }
         crate::failpoint!("container.discard.files");
         let files = t0.elapsed() - runc;
+        // The overlay may still be mounted on the image's layers for a moment: harmless, a
+        // snapshot deleted under it stays readable through it until the unmount.
         if let Err(e) = self.images.leases().release(id) {
             tracing::warn!(container = %id, "release image lease: {e}");
         }
-        if let Err(e) = self.state.containers.remove(id) {
+        if let Err(e) = self.state.containers.retire(id, &self.trash) {
             tracing::warn!(container = %id, "remove record: {e}");
         }
         tracing::debug!(

@@ -26,6 +26,7 @@ pub mod status;
 mod stop;
 pub mod store;
 pub mod table;
+pub mod trash;
 mod validate;
 
 #[cfg(test)]

@@ -38,6 +38,14 @@ impl Runtime {
         if unstaged > 0 {
             tracing::warn!(unstaged, "recovery: detached mounts a creation left staged");
         }
+        // Removals a crash interrupted: their objects are gone already, their files go now.
+        let trashed = self.trash.sweep();
+        if trashed > 0 {
+            tracing::info!(
+                trashed,
+                "recovery: deleting what removals left in the trash"
+            );
+        }
         let mut recovered: Recovered<SandboxMeta, ContainerMeta> = load_all(&self.layout.durable);
         let mut changed = std::collections::HashSet::new();
         for c in &mut recovered.containers {

@@ -190,13 +190,16 @@ impl Runtime {
         let id = entry.id().to_string();
         let lock = self.sandbox_lock(&id);
         let _guard = lock.write().await;
+        let t0 = std::time::Instant::now();
         self.kill_pod_containers(&id).await?;
         crate::failpoint!("sandbox.stop.killed");
+        let killed = t0.elapsed();
         // CNI DEL before the netns goes; a failure keeps it (and the sandbox) for a retry.
         self.detach_network(&entry)
             .await
             .map_err(|e| e.context(format!("sandbox {id}: stop: network teardown")))?;
         crate::failpoint!("sandbox.stop.detached");
+        let detached = t0.elapsed();
         let rt = self.clone();
         let sid = id.clone();
         tokio::task::spawn_blocking(move || rt.tear_down_sandbox(&sid))
@@ -204,11 +207,20 @@ impl Runtime {
             .map_err(|e| Error::internal(format!("sandbox {id}: stop task: {e}")))?
             .map_err(|e| e.context(format!("sandbox {id}: stop")))?;
         crate::failpoint!("sandbox.stop.torn-down");
+        let torn_down = t0.elapsed();
         if entry.status().state() != SandboxState::NotReady {
             entry.update(|s| s.stop(now_ns()))?;
             tracing::info!(sandbox = %id, "sandbox stopped");
             self.emit(EventKind::Stopped, &id, &id);
         }
+        tracing::debug!(
+            sandbox = %id,
+            kill_us = killed.as_micros() as u64,
+            network_us = (detached - killed).as_micros() as u64,
+            namespaces_us = (torn_down - detached).as_micros() as u64,
+            record_us = (t0.elapsed() - torn_down).as_micros() as u64,
+            "sandbox stop steps"
+        );
         Ok(())
     }
 
@@ -244,22 +256,22 @@ impl Runtime {
             pod_id: Some(id.clone()),
             ..Filter::default()
         };
-        for c in self.state.containers.list(&filter) {
-            self.remove_container(c.id()).await?;
+        let removals = self.state.containers.list(&filter).into_iter().map(|c| {
+            let rt = self.clone();
+            async move { rt.remove_container(c.id()).await }
+        });
+        for r in futures::future::join_all(removals).await {
+            r?;
         }
         crate::failpoint!("sandbox.remove.containers");
+        // Namespaces and the shm mount went with the stop; what is left of the pod files and
+        // the record is moved into the trash (deleted in the background).
         let dir = self.layout.sandbox_dir(&id);
-        match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(Error::internal(format!(
-                    "sandbox {id}: remove {}: {e}",
-                    dir.display()
-                )))
-            }
-            _ => {}
-        }
+        self.trash
+            .put(super::trash::Bin::Volatile, &dir)
+            .map_err(|e| e.context(format!("sandbox {id}: remove")))?;
         crate::failpoint!("sandbox.remove.dir");
-        self.state.sandboxes.remove(&id)?;
+        self.state.sandboxes.retire(&id, &self.trash)?;
         self.drop_sandbox_lock(&id);
         tracing::info!(sandbox = %id, "sandbox removed");
         self.emit(EventKind::Deleted, &id, &id);

@@ -41,6 +41,8 @@ pub struct Runtime {
     pub(super) events: super::events::Events,
     /// Stats state: cgroup reader, CPU samples, writable layer usage.
     pub(super) stats: super::stats::StatsState,
+    /// Removed objects' directories, deleted in the background.
+    pub(super) trash: super::trash::Trash,
     handles: Mutex<HashMap<String, Arc<Handle>>>,
     sandbox_locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
 }
@@ -118,6 +120,7 @@ impl Runtime {
             std::fs::create_dir_all(&dir).ctx(|| format!("create {}", dir.display()))?;
         }
         let state = StateDir::open(&layout.durable)?;
+        let trash = super::trash::Trash::open(&layout.durable, &layout.volatile)?;
         Ok(Arc::new(Runtime {
             config,
             images,
@@ -130,6 +133,7 @@ impl Runtime {
             binary: None,
             events: Default::default(),
             stats: super::stats::StatsState::new(),
+            trash,
             handles: Mutex::new(HashMap::new()),
             sandbox_locks: Mutex::new(HashMap::new()),
         }))

@@ -197,7 +197,7 @@ impl Runtime {
         if let Ok(entry) = self.state.containers.get(id) {
             self.emit(EventKind::Stopped, id, &entry.meta().sandbox_id);
         }
-        if let Err(e) = self.runc.delete(id, true).await {
+        if let Err(e) = self.runc.delete_stopped(id).await {
             tracing::debug!(container = %id, "runc delete after exit: {e}");
         }
     }

@@ -398,17 +398,17 @@ impl Inner {
             return Ok(());
         }
         let mut route = Socket::open(Family::Route).map_err(fail("netlink"))?;
-        link::delete(&mut route, &veth_name(id)).map_err(fail("delete veth"))?;
+        // Off the bridge before the address is given back: the pod can no longer answer for
+        // it. The pair goes with the pod's netns (see link::unplug).
+        link::unplug(&mut route, &veth_name(id)).map_err(fail("unplug veth"))?;
         if let Some(elements) = st.pods.get(id).cloned() {
             let mut filter = Socket::open(Family::Netfilter).map_err(fail("netlink"))?;
             nft::remove(&mut filter, &plan.table, &elements).map_err(fail("hostPort elements"))?;
             st.pods.remove(id);
         }
-        let pending = st.leases.release(id)?;
-        drop(guard);
-        if let Some(p) = pending {
-            p.sync()?;
-        }
+        // Written, not fdatasynced: kill -9 cannot lose the line, and after a power cut the
+        // start releases every lease whose sandbox is not READY anyway.
+        st.leases.release(id)?;
         Ok(())
     }
 
