@@ -7,12 +7,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # The VM lane's focused subset: one integration run per filter, for each cgroup driver.
-# Not here yet: cri::containers::exit_codes_and_reasons (OOMKilled is missed about half the
-# time with the systemd driver: the empty scope and its memory.events go before the monitor
-# reads the kill; issue 15 stays open for it). It runs in the full guest suite and on the host.
 VM_SUBSET=(
   systemd::
   cgroups::
+  cri::containers::exit_codes_and_reasons
   cri::containers::update_container_resources
   cri::stats::container_and_pod_stats
   cri::pods::lifecycle_pod_files

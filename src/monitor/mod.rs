@@ -44,8 +44,9 @@
 //!    is still held open and the bundle gives the container no pid namespace of its own, the
 //!    processes left in its cgroup are killed (`<runtime> --root R kill --all ID KILL`, as
 //!    containerd's shim). Output is drained until EOF or 2 s, the memory cgroup's OOM-kill
-//!    counter is compared with its value right after create, and the exit file is written
-//!    atomically:
+//!    counter is compared with its value right after create (on v2 followed while the
+//!    container runs, with its slice's for a systemd scope: [`oom_watch`]), and the exit file
+//!    is written atomically:
 //!    `{"pid", "exit_code" (status, or 128+signal), "signal" (number or null), "oom_killed",
 //!    "started_at_ns" (runc create returned), "finished_at_ns" (init reaped)}`; exit 0.
 
@@ -204,7 +205,9 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
         pid: init,
         exit_code: code,
         signal,
-        oom_killed: oom.as_mut().is_some_and(OomWatch::killed),
+        oom_killed: oom
+            .as_mut()
+            .is_some_and(|w| w.killed(signal == Some(libc::SIGKILL))),
         started_at_ns: unix_nanos(started_at),
         finished_at_ns: unix_nanos(exit.at),
     }

@@ -11,6 +11,10 @@
 //!
 //! The hierarchy is `<root>/memory` on cgroup v1 (counter in `memory.oom_control`) and `<root>`
 //! on v2, detected by `<root>/cgroup.controllers` (counter in `memory.events`).
+//!
+//! A systemd scope on v2 also names its slice's `memory.events`: v2 counts a kill in every
+//! ancestor too (unless mounted with `memory_localevents`), and the slice outlives the scope,
+//! which systemd removes as soon as it is empty, sometimes before the monitor has read it.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +24,8 @@ use super::error::{Context, Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OomCounter {
     file: PathBuf,
+    /// The enclosing slice's `memory.events` (v2 systemd scopes only, not the root).
+    parent: Option<PathBuf>,
 }
 
 impl OomCounter {
@@ -31,7 +37,12 @@ impl OomCounter {
             serde_json::from_slice(&text).with_context(|| format!("parse {}", config.display()))?;
         let cgroups_path = spec["linux"]["cgroupsPath"].as_str().unwrap_or("");
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        Self::locate(Path::new("/sys/fs/cgroup"), cgroups_path, id, &own)
+        let mut counter = Self::locate(Path::new("/sys/fs/cgroup"), cgroups_path, id, &own)?;
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        if local_events_only(&mounts) {
+            counter.parent = None;
+        }
+        Ok(counter)
     }
 
     /// The counter for `cgroups_path` under the cgroup mount `root`; `own` is the text of
@@ -40,14 +51,23 @@ impl OomCounter {
         let v2 = root.join("cgroup.controllers").exists();
         let dir = cgroup_dir(cgroups_path, id, &own_cgroup(own, v2))
             .with_context(|| format!("cgroupsPath {cgroups_path:?}"))?;
-        let file = if v2 {
-            root.join(dir.trim_start_matches('/')).join("memory.events")
-        } else {
-            root.join("memory")
+        let events = |dir: &str| root.join(dir.trim_start_matches('/')).join("memory.events");
+        if !v2 {
+            let file = root
+                .join("memory")
                 .join(dir.trim_start_matches('/'))
-                .join("memory.oom_control")
+                .join("memory.oom_control");
+            return Ok(OomCounter { file, parent: None });
+        }
+        let scope = cgroups_path.split(':').count() == 3;
+        let parent = match dir.rsplit_once('/') {
+            Some((parent, _)) if scope && !parent.is_empty() => Some(events(parent)),
+            _ => None,
         };
-        Ok(OomCounter { file })
+        Ok(OomCounter {
+            file: events(&dir),
+            parent,
+        })
     }
 
     /// The file the counter is read from.
@@ -55,10 +75,34 @@ impl OomCounter {
         &self.file
     }
 
+    /// The enclosing slice's `memory.events`, whose count includes the container's kills.
+    pub fn parent(&self) -> Option<&Path> {
+        self.parent.as_deref()
+    }
+
     /// The current `oom_kill` count, if the file is readable and has one.
     pub fn read(&self) -> Option<u64> {
-        parse_oom_kill(&std::fs::read_to_string(&self.file).ok()?)
+        read_count(&self.file)
     }
+
+    /// The enclosing slice's current `oom_kill` count (see [`OomCounter::parent`]).
+    pub fn read_parent(&self) -> Option<u64> {
+        read_count(self.parent.as_deref()?)
+    }
+}
+
+fn read_count(file: &Path) -> Option<u64> {
+    parse_oom_kill(&std::fs::read_to_string(file).ok()?)
+}
+
+/// Whether `/sys/fs/cgroup` is a cgroup2 mount with `memory_localevents` (from the text of
+/// `/proc/self/mounts`): then a slice's `memory.events` counts only its own processes.
+fn local_events_only(mounts: &str) -> bool {
+    mounts.lines().any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        matches!(f[..], [_, "/sys/fs/cgroup", "cgroup2", opts, ..]
+            if opts.split(',').any(|o| o == "memory_localevents"))
+    })
 }
 
 /// The `oom_kill N` line of `memory.oom_control` (v1) or `memory.events` (v2).
@@ -208,6 +252,18 @@ mod tests {
             )
         );
         assert_eq!(
+            c.parent(),
+            Some(
+                root.path()
+                    .join(
+                        "kubepods.slice/kubepods-besteffort.slice/\
+                         kubepods-besteffort-pod12.slice/memory.events"
+                    )
+                    .as_path()
+            ),
+            "the pod slice outlives the scope"
+        );
+        assert_eq!(
             cgroup_dir(":runc:abc", "abc", "/").expect("default slice"),
             "/system.slice/runc-abc.scope"
         );
@@ -219,6 +275,40 @@ mod tests {
             cgroup_dir("a.slice:p:b.slice", "x", "/").expect("slice unit"),
             "/a.slice/b.slice"
         );
+    }
+
+    #[test]
+    fn only_v2_scopes_below_the_root_read_their_slice() {
+        let root = tempfile::tempdir().expect("tempdir");
+        write(&root.path().join("cgroup.controllers"), "memory\n");
+        // cgroupfs: the cgroup lives until `runc delete`, its own file is enough.
+        let c = OomCounter::locate(root.path(), "/bosun/abc", "abc", OWN_V2).expect("locate");
+        assert_eq!(c.parent(), None);
+        // A scope in the root slice: the root has no memory.events.
+        let c = OomCounter::locate(root.path(), "-.slice:p:x", "x", OWN_V2).expect("locate");
+        assert_eq!(c.parent(), None);
+        assert_eq!(c.read_parent(), None);
+        let v1 = tempfile::tempdir().expect("tempdir");
+        let c =
+            OomCounter::locate(v1.path(), "system.slice:crio:abc", "abc", OWN_V1).expect("locate");
+        assert_eq!(
+            c.parent(),
+            None,
+            "v1 counts no kill of a child in its parent"
+        );
+    }
+
+    #[test]
+    fn memory_localevents_mounts_are_recognised() {
+        let plain = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate,memory_recursiveprot 0 0\n";
+        let local = "proc /proc proc rw 0 0\n\
+                     cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate,memory_localevents 0 0\n";
+        assert!(!local_events_only(plain));
+        assert!(local_events_only(local));
+        assert!(!local_events_only(
+            "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,memory_localevents 0 0\n"
+        ));
+        assert!(!local_events_only(""));
     }
 
     #[test]

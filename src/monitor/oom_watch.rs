@@ -2,10 +2,19 @@
 //!
 //! Reading the counter only after the init is reaped is too late where the cgroup goes with
 //! its last process: systemd removes a scope (runc's systemd driver) as soon as it is empty,
-//! often before the monitor has reaped the init. So the monitor watches `memory.events`
-//! (cgroup v2 raises a file-modified event on each change) and keeps the highest count seen;
-//! the final read only adds to it. v1's `memory.oom_control` has no such events: there the
-//! counter is read before and after, as before (the cgroupfs cgroup lives until `runc delete`).
+//! often before the monitor has reaped the init. Watching the scope's `memory.events` is not
+//! enough either: the kernel sends at most one change event per file every 10–20 ms and drops
+//! a pending one when the cgroup is removed, and the kill is counted an instant before the
+//! victim dies. So the monitor watches the scope's file and its slice's (v2 counts each kill
+//! in every ancestor too, and the slice stays), reading both on each change, slice first:
+//! - the scope still readable at the end, or a kill seen in it: its own count decides;
+//! - the scope gone unread since the kill: the slice's count rose after the last reading of
+//!   the scope and the init died of SIGKILL (an OOM kill is one). A sibling container's kill in
+//!   that same instant would be taken for ours; one seen earlier is not, as every change of the
+//!   slice's file makes the monitor read the scope's again.
+//!
+//! v1's `memory.oom_control` has no such events: there the counter is read before and after
+//! (the cgroupfs cgroup lives until `runc delete`).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -17,36 +26,46 @@ use super::oom::OomCounter;
 #[derive(Debug)]
 pub struct OomWatch {
     counter: OomCounter,
-    /// inotify on the counter file (v2 `memory.events` only), nonblocking.
+    /// inotify on the counter files (v2 `memory.events` only), nonblocking.
     inotify: Option<OwnedFd>,
+    /// The slice's file is watched: only then is it read (a stale mark could take a
+    /// sibling's old kill for ours).
+    parent: bool,
     before: Option<u64>,
     seen: Option<u64>,
+    /// The slice's count read just before the last successful reading of the scope's.
+    parent_mark: Option<u64>,
 }
 
 impl OomWatch {
-    /// Reads the counter now and, for v2's `memory.events`, starts watching it.
+    /// Reads the counter now and, for v2's `memory.events`, starts watching it (and the
+    /// slice's, when the counter has one).
     pub fn start(counter: OomCounter) -> Self {
-        let inotify = counter
+        let (inotify, parent) = counter
             .file()
             .file_name()
             .is_some_and(|n| n == "memory.events")
             .then(|| watch(&counter))
-            .flatten();
-        let before = counter.read();
-        OomWatch {
+            .flatten()
+            .unzip();
+        let mut w = OomWatch {
             counter,
             inotify,
-            before,
-            seen: before,
-        }
+            parent: parent.unwrap_or(false),
+            before: None,
+            seen: None,
+            parent_mark: None,
+        };
+        w.before = w.read();
+        w
     }
 
-    /// The descriptor to poll: readable when the counter file changed.
+    /// The descriptor to poll: readable when a counter file changed.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.inotify.as_ref().map(|fd| fd.as_fd())
     }
 
-    /// Drains the pending change events and reads the counter again.
+    /// Drains the pending change events and reads the counters again.
     pub fn changed(&mut self) {
         if let Some(fd) = &self.inotify {
             let mut buf = [0u8; 1024];
@@ -56,29 +75,52 @@ impl OomWatch {
                 }
             }
         }
-        self.note(self.counter.read());
+        self.read();
     }
 
     /// Whether an OOM kill happened since [`OomWatch::start`]: the last reading (when the
-    /// cgroup is still there) or any count seen while the container ran exceeds the first.
-    pub fn killed(&mut self) -> bool {
-        self.note(self.counter.read());
-        self.seen
+    /// cgroup is still there) or any count seen while the container ran exceeds the first;
+    /// or, the cgroup being gone and the init `sigkilled`, the slice's count rose since the
+    /// last reading of the container's (see the module docs).
+    pub fn killed(&mut self, sigkilled: bool) -> bool {
+        let mark = self.parent_mark;
+        let now = self.read();
+        if self
+            .seen
             .is_some_and(|seen| seen > self.before.unwrap_or(0))
+        {
+            return true;
+        }
+        let gone = now.is_none() && self.before.is_some();
+        gone && sigkilled && matches!((mark, self.read_parent()), (Some(m), Some(p)) if p > m)
     }
 
-    fn note(&mut self, now: Option<u64>) {
+    fn read_parent(&self) -> Option<u64> {
+        self.parent.then(|| self.counter.read_parent()).flatten()
+    }
+
+    /// Reads the slice's count, then the container's; returns the latter.
+    fn read(&mut self) -> Option<u64> {
+        let parent = self.read_parent();
+        let now = self.counter.read();
+        if now.is_some() {
+            self.parent_mark = parent;
+        }
         self.seen = self.seen.max(now);
+        now
     }
 }
 
-/// An inotify descriptor watching the counter file for changes; `None` when the kernel
-/// refuses (no inotify, file gone): the before/after reading still applies.
-fn watch(counter: &OomCounter) -> Option<OwnedFd> {
+/// An inotify descriptor watching the counter files for changes, and whether the slice's file
+/// is among them; `None` when the kernel refuses (no inotify, file gone): the before/after
+/// reading still applies.
+fn watch(counter: &OomCounter) -> Option<(OwnedFd, bool)> {
     let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
-    inotify::add_watch(&fd, counter.file(), WatchFlags::MODIFY)
-        .ok()
-        .map(|_| fd)
+    inotify::add_watch(&fd, counter.file(), WatchFlags::MODIFY).ok()?;
+    let parent = counter
+        .parent()
+        .is_some_and(|p| inotify::add_watch(&fd, p, WatchFlags::MODIFY).is_ok());
+    Some((fd, parent))
 }
 
 #[cfg(test)]
@@ -125,7 +167,7 @@ mod tests {
         assert!(!readable(w.fd().expect("fd")), "events drained");
         // The scope goes with its last process before the init is reaped.
         std::fs::remove_dir_all(root.path().join("c1")).expect("rm");
-        assert!(w.killed());
+        assert!(w.killed(false));
     }
 
     #[test]
@@ -133,9 +175,9 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         events(root.path(), 0);
         let mut w = OomWatch::start(counter_at(root.path()));
-        assert!(!w.killed());
+        assert!(!w.killed(true));
         events(root.path(), 1);
-        assert!(w.killed(), "the final reading sees the kill");
+        assert!(w.killed(false), "the final reading sees the kill");
     }
 
     #[test]
@@ -148,6 +190,75 @@ mod tests {
         let mut w = OomWatch::start(c);
         assert!(w.fd().is_none());
         std::fs::write(&file, "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n").expect("write");
-        assert!(w.killed());
+        assert!(w.killed(false));
+    }
+
+    /// A systemd scope `cri-c1.scope` in `pod1.slice`, both counting `scope` and `slice` kills.
+    fn scope_at(root: &Path, scope: u64, slice: u64) -> OomCounter {
+        std::fs::write(root.join("cgroup.controllers"), "memory\n").expect("controllers");
+        let dir = root.join("pod1.slice/cri-c1.scope");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        set(&dir, scope);
+        set(&root.join("pod1.slice"), slice);
+        OomCounter::locate(root, "pod1.slice:cri:c1", "c1", "0::/\n").expect("locate")
+    }
+
+    fn set(dir: &Path, oom_kill: u64) {
+        std::fs::write(
+            dir.join("memory.events"),
+            format!("low 0\nhigh 0\nmax 9\noom 1\noom_kill {oom_kill}\noom_group_kill 0\n"),
+        )
+        .expect("write");
+    }
+
+    #[test]
+    fn a_slice_kill_after_the_scope_went_unread_is_ours_if_the_init_was_sigkilled() {
+        for sigkilled in [true, false] {
+            let root = tempfile::tempdir().expect("tempdir");
+            let mut w = OomWatch::start(scope_at(root.path(), 0, 4));
+            // The kill is counted, the victim dies, systemd removes the empty scope before
+            // the kernel's delayed change event reaches us.
+            set(&root.path().join("pod1.slice"), 5);
+            std::fs::remove_dir_all(root.path().join("pod1.slice/cri-c1.scope")).expect("rm");
+            assert_eq!(w.killed(sigkilled), sigkilled, "sigkilled {sigkilled}");
+        }
+    }
+
+    #[test]
+    fn a_siblings_kill_seen_while_the_scope_lives_is_not_ours() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let mut w = OomWatch::start(scope_at(root.path(), 0, 0));
+        set(&root.path().join("pod1.slice"), 1);
+        assert!(
+            readable(w.fd().expect("fd")),
+            "the slice's change is signalled"
+        );
+        w.changed();
+        // Later the container is killed (StopContainer's KILL) and its scope removed.
+        std::fs::remove_dir_all(root.path().join("pod1.slice/cri-c1.scope")).expect("rm");
+        assert!(!w.killed(true));
+    }
+
+    #[test]
+    fn a_scope_still_there_decides_by_its_own_count() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let mut w = OomWatch::start(scope_at(root.path(), 0, 0));
+        set(&root.path().join("pod1.slice"), 1);
+        assert!(!w.killed(true), "a sibling's kill, our scope counted none");
+        let mut w = OomWatch::start(scope_at(root.path(), 2, 7));
+        set(&root.path().join("pod1.slice/cri-c1.scope"), 3);
+        assert!(w.killed(false));
+    }
+
+    #[test]
+    fn an_unwatched_slice_is_not_read() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let counter = scope_at(root.path(), 0, 0);
+        std::fs::remove_file(root.path().join("pod1.slice/memory.events")).expect("rm");
+        let mut w = OomWatch::start(counter);
+        assert!(w.fd().is_some(), "the scope's file is still watched");
+        set(&root.path().join("pod1.slice"), 1);
+        std::fs::remove_dir_all(root.path().join("pod1.slice/cri-c1.scope")).expect("rm");
+        assert!(!w.killed(true), "no mark to compare with");
     }
 }
