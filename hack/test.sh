@@ -17,6 +17,7 @@ VM_SUBSET=(
   cri::network::pods_get_ips
   cri::recovery::kill9_and_restart
   pod::termination::daemon_kill9_mid_life
+  pod::node::qos
 )
 
 echo "== cargo fmt --check"
@@ -31,7 +32,8 @@ status=${PIPESTATUS[0]}
 # The VM lane (cgroup v2, systemd as PID 1) with both cgroup drivers: the systemd unit (start,
 # restart, crash: containers re-adopted), cgroup placement and cgroup.kill, v2 stats, OOM and
 # live resource updates, a pod lifecycle with networking, kill -9 recovery with the leak check,
-# and supervised pods. The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (README).
+# supervised pods and their QoS cgroups (kubepods, burstable, besteffort: directories or
+# slices). The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (README).
 echo "== VM lane (cgroup v2 + systemd)"
 if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null; then
   hack/vm/run.sh -- hack/vm/suite.sh "${VM_SUBSET[@]}" 2>&1 | tee -a target/test.log

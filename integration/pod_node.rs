@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::support::cgroup::{self, Driver};
 use crate::support::cri::{self, NEEDS};
 use crate::support::pods::{self, BUSYBOX};
 use crate::support::{trial, Daemon, Need};
@@ -38,6 +39,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "pod::node::qos_cgroups_carry_requests_and_limits_v1",
             v1,
             qos_cgroups_v1,
+        ),
+        trial(
+            "pod::node::qos_cgroups_carry_requests_and_limits_v2",
+            needs_and(Need::CgroupV2),
+            qos_cgroups_v2,
         ),
     ]
 }
@@ -367,14 +373,48 @@ pub(crate) fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().unwrap_or_default()
 }
 
-/// The cgroup (v1 `cpu` hierarchy path) of the pod's `main` container process.
-fn container_cgroup(d: &Daemon, name: &str) -> Result<String> {
+/// The runtime id of pod `name`'s `main` container.
+fn main_id(d: &Daemon, name: &str) -> Result<String> {
     let out = pods::cli(d, &["get", name, "-o", "json"])?;
     let p: Pod = serde_json::from_str(&out)?;
     let id = pods::container(&p, "main")
         .and_then(|c| c.container_id)
         .context("container id")?;
-    let id = id.trim_start_matches("bosun://");
+    Ok(id.trim_start_matches("bosun://").to_string())
+}
+
+/// The pods of [`qos_pods`].
+const QOS_PODS: [&str; 3] = ["guaranteed", "burstable", "besteffort"];
+
+/// A Guaranteed (250m, 64 MiB), a Burstable (100m/200m, 32/96 MiB) and a BestEffort pod,
+/// running.
+fn qos_pods(d: &Daemon) -> Result<[Pod; 3]> {
+    let g = run(
+        d,
+        &pod(
+            "guaranteed",
+            "{requests: {cpu: 250m, memory: 64Mi}, limits: {cpu: 250m, memory: 64Mi}}",
+            "",
+        ),
+        "guaranteed",
+    )?;
+    let b = run(
+        d,
+        &pod(
+            "burstable",
+            "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 200m, memory: 96Mi}}",
+            "",
+        ),
+        "burstable",
+    )?;
+    let e = run(d, &pod("besteffort", "{}", ""), "besteffort")?;
+    Ok([g, b, e])
+}
+
+/// The cgroup (v1 `cpu` hierarchy path) of the pod's `main` container process.
+fn container_cgroup(d: &Daemon, name: &str) -> Result<String> {
+    let id = main_id(d, name)?;
+    let id = id.as_str();
     let dirs = cri::cgroups_below(&d.cgroup_parent());
     let dir = dirs
         .iter()
@@ -391,25 +431,7 @@ fn qos_cgroups_v1() -> Result<()> {
     let d = small_node(10, "pod_pids_limit = 64\n")?;
     let r = (|| {
         let parent = d.cgroup_parent();
-        let g = run(
-            &d,
-            &pod(
-                "guaranteed",
-                "{requests: {cpu: 250m, memory: 64Mi}, limits: {cpu: 250m, memory: 64Mi}}",
-                "",
-            ),
-            "guaranteed",
-        )?;
-        let b = run(
-            &d,
-            &pod(
-                "burstable",
-                "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 200m, memory: 96Mi}}",
-                "",
-            ),
-            "burstable",
-        )?;
-        let e = run(&d, &pod("besteffort", "{}", ""), "besteffort")?;
+        let [g, b, e] = qos_pods(&d)?;
         let kubepods = |c: &str| v1(c, &parent, "kubepods");
         // kubepods: capacity less reservations (500m, 512 MiB).
         ensure!(read(&kubepods("cpu"), "cpu.shares")? == "512");
@@ -442,16 +464,7 @@ fn qos_cgroups_v1() -> Result<()> {
                 "{name}: container cgroup {cg}"
             );
         }
-        pods::cli(
-            &d,
-            &[
-                "delete",
-                "--wait=true",
-                "guaranteed",
-                "burstable",
-                "besteffort",
-            ],
-        )?;
+        pods::cli(&d, &[&["delete", "--wait=true"][..], &QOS_PODS].concat())?;
         for dir in [gdir("cpu"), gdir("memory"), bdir("cpu"), edir("pids")] {
             ensure!(!dir.exists(), "left behind: {}", dir.display());
         }
@@ -459,6 +472,114 @@ fn qos_cgroups_v1() -> Result<()> {
             read(&burstable, "cpu.shares")? == "2",
             "burstable shares after delete"
         );
+        cri::assert_clean(&d)
+    })();
+    cri::with_log(&d, r)
+}
+
+/// The cgroup parent (a path for cgroupfs, a slice for systemd) the kubelet's naming gives
+/// QoS cgroup `parts` (`["kubepods", "burstable", "pod<uid>"]`) below the daemon's `parent`:
+/// `<parent>/kubepods/burstable/pod<uid>`, or `<base>-kubepods-burstable-pod<uid_>.slice`.
+fn qos_parent(parent: &str, parts: &[&str]) -> String {
+    match cgroup::driver() {
+        Driver::Cgroupfs => format!("{}/{}", parent.trim_end_matches('/'), parts.join("/")),
+        Driver::Systemd => {
+            let base = parent.strip_suffix(".slice").unwrap_or(parent);
+            format!("{base}-{}.slice", parts.join("-"))
+        }
+    }
+}
+
+/// runc's and systemd's cgroup v2 weight of cpu `shares`.
+fn weight(shares: u64) -> String {
+    (1 + (shares.saturating_sub(2) * 9999) / 262_142).to_string()
+}
+
+/// [`qos_cgroups_v1`] on the unified hierarchy with the test daemons' driver: kubepods,
+/// QoS and pod cgroups (or slices) carry cpu.weight from the shares, cpu.max from the cpu
+/// limit, memory.max and pids.max; containers run inside their pod's cgroup; deleting the
+/// pods removes the pod cgroups (and, for systemd, their slice units).
+fn qos_cgroups_v2() -> Result<()> {
+    let d = small_node(10, "pod_pids_limit = 64\n")?;
+    let r = (|| {
+        let parent = d.cgroup_parent();
+        let [g, b, e] = qos_pods(&d)?;
+        // systemd names escape the uid's dashes (a dash nests slices).
+        let pod_part = |p: &Pod| match cgroup::driver() {
+            Driver::Cgroupfs => format!("pod{}", uid(p)),
+            Driver::Systemd => format!("pod{}", uid(p).replace('-', "_")),
+        };
+        let at = |parts: &[&str]| cgroup::parent_dir(&qos_parent(&parent, parts));
+        let get = |dir: &str, file: &str| -> Result<String> {
+            cgroup::read(dir, "", file).with_context(|| format!("read {dir}/{file}"))
+        };
+        let check = |dir: &str, file: &str, want: &str| -> Result<()> {
+            let got = get(dir, file)?;
+            ensure!(got == want, "{dir}/{file}: {got:?}, want {want:?}");
+            Ok(())
+        };
+        // kubepods: capacity less reservations (500m, 512 MiB).
+        let kubepods = at(&["kubepods"]);
+        check(&kubepods, "cpu.weight", &weight(512))?;
+        check(&kubepods, "memory.max", &(512u64 << 20).to_string())?;
+        let (gp, bp, ep) = (pod_part(&g), pod_part(&b), pod_part(&e));
+        let gdir = at(&["kubepods", &gp]);
+        check(&gdir, "cpu.weight", &weight(256))?;
+        check(&gdir, "cpu.max", "25000 100000")?;
+        check(&gdir, "memory.max", &(64u64 << 20).to_string())?;
+        check(&gdir, "pids.max", "64")?;
+        let bdir = at(&["kubepods", "burstable", &bp]);
+        check(&bdir, "cpu.weight", &weight(102))?;
+        check(&bdir, "cpu.max", "20000 100000")?;
+        check(&bdir, "memory.max", &(96u64 << 20).to_string())?;
+        // The burstable cgroup's weight follows its pods' requests.
+        let burstable = at(&["kubepods", "burstable"]);
+        check(&burstable, "cpu.weight", &weight(102))?;
+        let edir = at(&["kubepods", "besteffort", &ep]);
+        check(&edir, "cpu.weight", &weight(2))?;
+        check(&at(&["kubepods", "besteffort"]), "cpu.weight", &weight(2))?;
+        // The containers run inside their pods' cgroups.
+        for (name, parts) in [
+            ("guaranteed", vec!["kubepods", &gp]),
+            ("burstable", vec!["kubepods", "burstable", &bp]),
+            ("besteffort", vec!["kubepods", "besteffort", &ep]),
+        ] {
+            let dir = cgroup::container_dir(&qos_parent(&parent, &parts), &main_id(&d, name)?);
+            let procs = get(&dir, "cgroup.procs")?;
+            ensure!(!procs.is_empty(), "{name}: no process in {dir}");
+        }
+        pods::cli(&d, &[&["delete", "--wait=true"][..], &QOS_PODS].concat())?;
+        // The pod leaves the API before its worker releases its cgroup, and systemd stops
+        // a slice after StopUnit returns: the cgroups go shortly after the delete.
+        let gone = || -> Vec<String> {
+            let mut left: Vec<String> = [&gdir, &bdir, &edir]
+                .iter()
+                .map(|dir| Path::new(cgroup::ROOT).join(dir.trim_start_matches('/')))
+                .filter(|p| p.exists())
+                .map(|p| p.display().to_string())
+                .collect();
+            if let Some(base) = parent.strip_suffix(".slice") {
+                for qos in [
+                    "kubepods-pod",
+                    "kubepods-burstable-pod",
+                    "kubepods-besteffort-pod",
+                ] {
+                    left.extend(cgroup::units_with_prefix(&format!("{base}-{qos}")));
+                }
+            }
+            if get(&burstable, "cpu.weight").ok() != Some(weight(2)) {
+                left.push(format!("{burstable} cpu.weight (want {})", weight(2)));
+            }
+            left
+        };
+        let deleted = std::time::Instant::now();
+        ensure!(
+            crate::support::wait_until(5, || gone().is_empty()),
+            "{:?} after the delete: {:?}",
+            deleted.elapsed(),
+            gone()
+        );
+        eprintln!("pod cgroups gone {:?} after the delete", deleted.elapsed());
         cri::assert_clean(&d)
     })();
     cri::with_log(&d, r)

@@ -40,6 +40,8 @@ pub enum Need {
     Freeze,
     /// cgroup v1 (hybrid or legacy) with the cpu, memory and pids controllers.
     CgroupV1,
+    /// cgroup v2 (the unified hierarchy) with the cpu, memory and pids controllers.
+    CgroupV2,
     /// systemd as PID 1 on the unified cgroup hierarchy (the VM lane's guest: hack/vm).
     SystemdV2,
     /// A machine as fast as the test's timing assumes ([`time_scale`] 1): the test tells
@@ -125,6 +127,16 @@ fn unmet(need: Need) -> Option<String> {
                 .all(|c| Path::new("/sys/fs/cgroup").join(c).is_dir()) =>
         {
             Some("needs cgroup v1 cpu, memory and pids hierarchies".into())
+        }
+        Need::CgroupV2
+            if !std::fs::read_to_string(Path::new(cgroup::ROOT).join("cgroup.controllers"))
+                .is_ok_and(|c| {
+                    ["cpu", "memory", "pids"]
+                        .iter()
+                        .all(|w| c.split_whitespace().any(|x| x == *w))
+                }) =>
+        {
+            Some("needs cgroup v2 with the cpu, memory and pids controllers (runs in the VM lane: hack/vm/run.sh)".into())
         }
         _ => None,
     }
