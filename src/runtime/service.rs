@@ -144,6 +144,20 @@ impl Runtime {
         &self.host
     }
 
+    /// Waits (up to `max`) until the files of removed containers and sandboxes, deleted in
+    /// the background, are gone; false when some are still being deleted. What frees disk
+    /// space must wait for it before the space is measured again (disk-pressure reclaim).
+    pub async fn settle_removals(&self, max: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + max;
+        while !self.trash.is_idle() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        true
+    }
+
     /// The bosun binary run as a helper (`pinns`, `monitor`): the configured one, else this
     /// executable.
     pub(super) fn helper_binary(&self) -> PathBuf {

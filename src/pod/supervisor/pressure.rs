@@ -321,6 +321,16 @@ async fn reclaim_disk(sh: &Arc<Shared>) {
             Err(e) => tracing::warn!(image = %id, error = %e, "reclaim: remove unused image"),
         }
     }
+    // Removed containers' writable layers are deleted in the background: the space they
+    // free counts only once they are gone (else reclaim looks insufficient and a pod is
+    // evicted for nothing).
+    if !sh
+        .runtime
+        .settle_removals(std::time::Duration::from_secs(10))
+        .await
+    {
+        tracing::warn!("disk reclaim: removed containers' files still being deleted after 10 s");
+    }
     sh.node.event(
         false,
         "FreeDiskSpace",
