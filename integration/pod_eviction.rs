@@ -14,6 +14,11 @@ use crate::support::cri;
 use crate::support::pods::{self, BUSYBOX};
 use crate::support::{trial, Need};
 
+/// Node settings of the memory tests: signals read every second, and pressure that stays
+/// reported for the whole test once seen.
+const SIGNALS_EVERY_SECOND: &str =
+    "housekeeping_interval = \"1s\"\neviction_pressure_transition_period = \"30s\"\n";
+
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     let v1 = needs_and(Need::CgroupV1);
     vec![
@@ -74,7 +79,7 @@ fn memory_eviction() -> Result<()> {
     let d = small_node_evicting(
         10,
         "{ \"memory.available\" = \"350Mi\" }",
-        "housekeeping_interval = \"1s\"\neviction_pressure_transition_period = \"30s\"\n",
+        SIGNALS_EVERY_SECOND,
     )?;
     let r = (|| {
         write_classes(&d.dir().join("priorityclasses"))?;
@@ -245,7 +250,7 @@ fn eviction_order() -> Result<()> {
     let d = small_node_evicting(
         10,
         "{ \"memory.available\" = \"300Mi\" }",
-        "housekeeping_interval = \"1s\"\neviction_pressure_transition_period = \"30s\"\n",
+        SIGNALS_EVERY_SECOND,
     )?;
     let r = (|| {
         write_classes(&d.dir().join("priorityclasses"))?;

@@ -93,17 +93,13 @@ fn has_entries(v: &serde_json::Value) -> bool {
     v.as_array().is_some_and(|a| !a.is_empty())
 }
 
-/// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot),
-/// as runc records it; `None` when there is no such process.
+/// The start time of process `pid` (clock ticks since boot), as runc records it; `None` when
+/// there is no such process.
 fn start_time(pid: i32) -> Option<u64> {
     if pid <= 0 {
         return None;
     }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name (which may hold spaces and parentheses) start with
-    // field 3, the state.
-    let (_, rest) = stat.rsplit_once(") ")?;
-    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+    super::runtime::proc_tree::ProcStat::of(pid).map(|p| p.start_time)
 }
 
 #[cfg(test)]

@@ -294,8 +294,8 @@ fn is_our_holder(pid: u32, dir: &Path) -> bool {
 pub(super) fn await_holder(pid: u32, dir: &Path) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !is_our_holder(pid, dir) {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || is_zombie(pid) {
+        // Gone or a zombie: it died before its exec completed.
+        if is_zombie(pid) {
             return Err(Error::internal(format!(
                 "the pid namespace holder (pid {pid}) exited at start"
             )));
