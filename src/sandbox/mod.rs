@@ -319,24 +319,43 @@ fn is_zombie(pid: u32) -> bool {
 
 /// SIGKILLs the holder (which takes its whole pid namespace along) and waits up to 5 s for it.
 fn kill_holder(pid: u32, dir: &Path) -> Result<()> {
+    let Some(raw) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return Err(Error::internal(format!("pid {pid} out of range")));
+    };
+    // The descriptor is opened before the identity check, so the process signalled and waited
+    // for is the one checked even if the pid were reused meanwhile.
+    let fd = match rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::SRCH) => return Ok(()),
+        Err(e) => return Err(Error::from(e).context(format!("pidfd of pid holder {pid}"))),
+    };
     if !is_our_holder(pid, dir) {
         return Ok(());
     }
-    let raw = i32::try_from(pid).map_err(|_| Error::internal(format!("pid {pid} out of range")))?;
-    if let Some(p) = rustix::process::Pid::from_raw(raw) {
-        match rustix::process::kill_process(p, rustix::process::Signal::KILL) {
-            Ok(()) | Err(Errno::SRCH) => {}
-            Err(e) => return Err(Error::from(e).context(format!("kill pid holder {pid}"))),
+    match rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL) {
+        Ok(()) | Err(Errno::SRCH) => {}
+        Err(e) => return Err(Error::from(e).context(format!("kill pid holder {pid}"))),
+    }
+    // Readable once it has exited (reaped or not): no polling interval added to every stop.
+    let timeout = rustix::event::Timespec {
+        tv_sec: 5,
+        tv_nsec: 0,
+    };
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    loop {
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) => return Err(Error::internal(format!("pid holder {pid} did not die"))),
+            Ok(_) => return Ok(()),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(Error::from(e).context(format!("wait for pid holder {pid}"))),
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while is_our_holder(pid, dir) {
-        if Instant::now() > deadline {
-            return Err(Error::internal(format!("pid holder {pid} did not die")));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -370,6 +389,43 @@ mod tests {
             .spawn()
             .expect("spawn sleep");
         assert!(!is_our_holder(other.id(), dir));
+        let _ = other.kill();
+        let _ = other.wait();
+    }
+
+    #[test]
+    fn kill_holder_kills_only_our_holder_and_returns_once_it_is_dead() {
+        let dir = Path::new("/run/bosun-test-kill-holder");
+        // A shell blocked in its `read` builtin (no child) whose command line reads as a holder.
+        let holder = |d: &Path| {
+            Command::new("sh")
+                .args(["-c", "read x", "pod-init", "--dir"])
+                .arg(d)
+                .stdin(Stdio::piped())
+                .spawn()
+                .expect("spawn sh")
+        };
+        let mut ours = holder(dir);
+        let mut other = holder(Path::new("/run/bosun-test-other-pod"));
+        while !is_our_holder(ours.id(), dir) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let started = Instant::now();
+        kill_holder(other.id(), dir).expect("an impostor is left alone");
+        assert!(
+            other.try_wait().expect("try_wait").is_none(),
+            "the other pod's holder lives"
+        );
+        kill_holder(ours.id(), dir).expect("kill");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // It has exited by the time kill_holder returns: a zombie until reaped here.
+        assert!(is_zombie(ours.id()), "dead when kill_holder returned");
+        let status = ours.wait().expect("reap");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+        kill_holder(ours.id(), dir).expect("gone: nothing to do");
         let _ = other.kill();
         let _ = other.wait();
     }
