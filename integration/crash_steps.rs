@@ -351,11 +351,31 @@ pub fn pod_with_container(
     script: &str,
     start: bool,
 ) -> Result<(Pod, String)> {
+    pod_of_config_with_container(d, cri::pod_config(d, "crash"), image, script, start)
+}
+
+/// [`pod_with_container`] for a pod of `config`, the container started.
+pub fn pod_with_container_in(
+    d: &Daemon,
+    config: pb::PodSandboxConfig,
+    image: &str,
+    script: &str,
+) -> Result<(Pod, String)> {
+    pod_of_config_with_container(d, config, image, script, true)
+}
+
+fn pod_of_config_with_container(
+    d: &Daemon,
+    config: pb::PodSandboxConfig,
+    image: &str,
+    script: &str,
+    start: bool,
+) -> Result<(Pod, String)> {
     cri::with_log(
         d,
         block_on(async {
             let mut rt = cri::client(d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(d, "crash")).await?;
+            let pod = cri::run_pod(&mut rt, config).await?;
             let c = cri::sh_config(&pod, "main", image, script);
             let id = cri::create(&mut rt, &pod, &c).await?;
             if start {
@@ -461,29 +481,40 @@ fn stop_pod_sandbox() -> Result<()> {
             d,
             block_on(async {
                 let mut rt = cri::client(d).await?;
-                check_created(&mut rt, &pod.id).await?;
-                let s = cri::wait_exited(&mut rt, &id, 20).await?;
-                cri::check_exit(&s, 137, "Error")?;
-                rt.stop_pod_sandbox(pb::StopPodSandboxRequest {
-                    pod_sandbox_id: pod.id.clone(),
-                })
-                .await?;
-                let st = cri::pod_status(&mut rt, &pod.id).await?;
-                ensure!(
-                    st.state == pb::PodSandboxState::SandboxNotready as i32
-                        && st.network.as_ref().is_none_or(|n| n.ip.is_empty()),
-                    "after StopPodSandbox: {st:?}"
-                );
-                ensure!(
-                    d.net().leases().is_empty(),
-                    "leases: {:?}",
-                    d.net().leases()
-                );
-                Ok(())
+                stopped_again_and_released(d, &mut rt, &pod.id, &id).await
             }),
-        )?;
-        Ok(())
+        )
     })
+}
+
+/// After a crash inside StopPodSandbox of `pod` (whose container `id` ran [`TRAP3`]): the
+/// container was killed (137), StopPodSandbox again leaves the pod NOTREADY without an address
+/// and no lease is left.
+pub async fn stopped_again_and_released(
+    d: &Daemon,
+    rt: &mut Rt,
+    pod: &str,
+    id: &str,
+) -> Result<()> {
+    check_created(rt, pod).await?;
+    let s = cri::wait_exited(rt, id, 20).await?;
+    cri::check_exit(&s, 137, "Error")?;
+    rt.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: pod.into(),
+    })
+    .await?;
+    let st = cri::pod_status(rt, pod).await?;
+    ensure!(
+        st.state == pb::PodSandboxState::SandboxNotready as i32
+            && st.network.as_ref().is_none_or(|n| n.ip.is_empty()),
+        "after StopPodSandbox: {st:?}"
+    );
+    ensure!(
+        d.net().leases().is_empty(),
+        "leases: {:?}",
+        d.net().leases()
+    );
+    Ok(())
 }
 
 const REMOVE_POD_POINTS: &[&str] = &[

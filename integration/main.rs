@@ -4,6 +4,7 @@ mod cgroups;
 mod crash_churn;
 mod crash_cni;
 mod crash_lock;
+mod crash_net;
 mod crash_steps;
 mod crash_trash;
 mod crash_userns;
@@ -78,6 +79,7 @@ fn main() {
     trials.extend(crash_userns::trials());
     trials.extend(crash_churn::trials());
     trials.extend(crash_lock::trials());
+    trials.extend(crash_net::trials());
     trials.extend(daemon::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());

@@ -1,7 +1,7 @@
 //! The full leak check of the crash tests: once every pod is removed, nothing any pod had may
 //! be left on the host — files under the daemon's dirs, mounts and pinned namespaces,
 //! processes (monitors, pod inits, runc, CNI plugin calls), cgroups, runc state, IP leases,
-//! veths (on the bridge or not), iptables/ip6tables rules and chains.
+//! veths (on the bridge or not), iptables/ip6tables rules and chains, nftables map elements.
 
 use std::path::{Path, PathBuf};
 
@@ -93,6 +93,12 @@ pub fn leaks(d: &Daemon, sandbox_ids: &[String]) -> Vec<String> {
             .map(|id| bosun::network::native::veth_name(id))
             .filter(|v| Path::new("/sys/class/net").join(v).exists())
             .map(|v| format!("veth {v} (off the bridge)")),
+    );
+    // The embedded network's hostPort elements in its nftables table.
+    out.extend(
+        net.nft_elements()
+            .into_iter()
+            .map(|e| format!("nft element {e}")),
     );
     let chains: Vec<String> = sandbox_ids
         .iter()

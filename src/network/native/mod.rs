@@ -220,6 +220,7 @@ impl Inner {
             st.leases.allocate(id, &plan.subnets)?
         };
         pending.sync()?;
+        crate::failpoint!("net.attach.leased");
         let bridge = self.bridge(&mut route, plan)?;
         let veth = veth_name(id);
         let make = |route: &mut Socket| {
@@ -240,13 +241,16 @@ impl Inner {
             r => r,
         }
         .map_err(fail(&format!("create veth {veth}")))?;
+        crate::failpoint!("net.attach.veth");
         let host = link::index(&mut route, &veth)
             .map_err(fail("veth"))?
             .ok_or_else(|| Error::internal(format!("sandbox {id}: veth {veth} vanished")))?;
         link::set_hairpin(&mut route, host).map_err(fail("hairpin"))?;
         self.configure_pod(&netns, &ips, plan)
             .map_err(|e| e.context(format!("sandbox {id}: pod network: in its netns")))?;
+        crate::failpoint!("net.attach.configured");
         self.add_elements(&mut filter, id, &ips, mappings, plan)?;
+        crate::failpoint!("net.attach.done");
         Ok(ips)
     }
 
@@ -401,10 +405,12 @@ impl Inner {
         // Off the bridge before the address is given back: the pod can no longer answer for
         // it. The pair goes with the pod's netns (see link::unplug).
         link::unplug(&mut route, &veth_name(id)).map_err(fail("unplug veth"))?;
+        crate::failpoint!("net.detach.unplugged");
         if let Some(elements) = st.pods.get(id).cloned() {
             let mut filter = Socket::open(Family::Netfilter).map_err(fail("netlink"))?;
             nft::remove(&mut filter, &plan.table, &elements).map_err(fail("hostPort elements"))?;
             st.pods.remove(id);
+            crate::failpoint!("net.detach.elements-removed");
         }
         // Written, not fdatasynced: kill -9 cannot lose the line, and after a power cut the
         // start releases every lease whose sandbox is not READY anyway.
