@@ -374,13 +374,16 @@ fn bosun_command(dir: &Path) -> anyhow::Result<Command> {
     // A config of our own keeps a host /etc/bosun/config.toml out of the measurement. The conf
     // dir stays empty: with `cni` pods get bosun's embedded network (its own bridge, subnet,
     // lease journal in this dir and table, no masquerade, no default route: what the issue
-    // measures); without it every pod is on the host network.
+    // measures); without it every pod is on the host network. Hard eviction is off: the
+    // kubelet's default `imagefs.available<15%` counts only the space unprivileged users may
+    // take, so a build machine whose disk is merely well used is under DiskPressure and the
+    // supervised phase's pods would be refused (its monitoring loop still runs).
     let (conf_dir, bin_dir) = write_cni(dir, false)?;
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
         format!(
-            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\nname = {BOSUN_NETWORK:?}\nbridge = {BOSUN_BRIDGE:?}\nsubnet = \"10.252.0.0/16\"\ndata_dir = {:?}\nmasquerade = false\ndefault_route = false\n\n[pod]\nlog_dir = {:?}\nconfigmap_dir = {:?}\nsecret_dir = {:?}\n",
+            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\nname = {BOSUN_NETWORK:?}\nbridge = {BOSUN_BRIDGE:?}\nsubnet = \"10.252.0.0/16\"\ndata_dir = {:?}\nmasquerade = false\ndefault_route = false\n\n[pod]\nlog_dir = {:?}\nconfigmap_dir = {:?}\nsecret_dir = {:?}\n\n[node]\neviction_hard = {{}}\n",
             conf_dir.display().to_string(),
             bin_dir.display().to_string(),
             dir.join("ipam").display().to_string(),
