@@ -24,6 +24,7 @@ mod cri_stop;
 mod cri_streaming;
 mod cri_userns;
 mod daemon;
+mod daemon_idle;
 mod hostile;
 mod hostile_cases;
 mod images;
@@ -81,6 +82,7 @@ fn main() {
     trials.extend(crash_lock::trials());
     trials.extend(crash_net::trials());
     trials.extend(daemon::trials());
+    trials.extend(daemon_idle::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());

@@ -2,6 +2,7 @@
 
 pub mod authority;
 pub mod deadline;
+pub mod idle;
 pub mod lock;
 pub mod logging;
 pub mod notify;
@@ -87,7 +88,7 @@ pub async fn run(config: Config, notifier: Option<notify::Notifier>) -> Result<(
     // daemon: after DRAIN_DEADLINE it exits anyway. Containers are never touched here.
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
-        .layer(crate::metrics::layer::MetricsLayer::new(metrics))
+        .layer(crate::metrics::layer::MetricsLayer::new(metrics.clone()))
         // Inside the metrics (which then count DeadlineExceeded) and inside tonic's own
         // grpc-timeout, which would answer Cancelled.
         .layer(deadline::DeadlineLayer)
@@ -115,6 +116,9 @@ pub async fn run(config: Config, notifier: Option<notify::Notifier>) -> Result<(
             let _ = stop_rx.await;
         });
     let mut server = tokio::spawn(server);
+    // What startup touched (config, recovery, server set-up) is given back, and again whenever
+    // the daemon has been quiet for a while after some calls.
+    idle::spawn(metrics.clone());
     // The listener is bound and accepting: connections queue until the server task polls them.
     notify::send(notifier.as_ref(), "READY=1\nSTATUS=serving");
     let signalled = tokio::select! {

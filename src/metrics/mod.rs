@@ -8,6 +8,7 @@ pub mod layer;
 pub mod server;
 mod states;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -48,6 +49,8 @@ pub struct Metrics {
     calls: Family<Call, Counter>,
     latency: Latency,
     sandbox_run: Histogram,
+    /// Calls finished since start, of every service (the daemon's idle detection).
+    served: AtomicU64,
 }
 
 impl Metrics {
@@ -85,6 +88,7 @@ impl Metrics {
             calls,
             latency,
             sandbox_run,
+            served: AtomicU64::new(0),
         })
     }
 
@@ -97,6 +101,12 @@ impl Metrics {
             .get_or_create(&call)
             .observe(took.as_secs_f64());
         self.calls.get_or_create(&call).inc();
+        self.served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many calls have finished since start.
+    pub fn served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
     }
 
     /// Everything in the OpenMetrics text format.

@@ -70,7 +70,6 @@ pub mod signals;
 pub mod supervise;
 pub mod sync_pipe;
 pub mod timestamp;
-pub mod trim;
 
 use std::ffi::OsString;
 use std::time::SystemTime;
@@ -188,7 +187,7 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
     // Before the trim below: the JSON parse must not pull its pages back in afterwards.
     let leftovers = leftovers::Leftovers::for_container(config);
     sync.ready(me, init);
-    trim::shed_startup_pages();
+    crate::sys::trim::shed_startup_pages();
 
     let exit = supervise::run(
         init,

@@ -1,5 +1,5 @@
 //! Thin, audited OS edges that need `unsafe` (DESIGN rule 4): child spawning set-up and
-//! process descriptors, the new mount API.
+//! process descriptors, the new mount API, giving memory back.
 //!
 //! Every `unsafe` block here carries a `// SAFETY:` line; the rest of the daemon stays
 //! `#![deny(unsafe_code)]`.
@@ -9,6 +9,7 @@ pub mod async_fd;
 pub mod mount_api;
 pub mod pidfd;
 pub mod spawn;
+pub mod trim;
 
 pub use pidfd::PidFd;
 pub use spawn::CommandExt;

@@ -1,9 +1,8 @@
-//! Shedding the startup working set before the long wait: the monitor's loop needs little.
-#![allow(unsafe_code)]
+//! Giving memory back: freed heap, and the clean file pages startup or a burst of work touched.
 
-/// Returns freed heap to the kernel and unmaps the clean file pages startup touched (runtime
-/// init, argument parsing, runc spawn, JSON): they stay in the page cache and fault back in if
-/// used again. Only private file mappings without a single anonymous (copied-on-write) page
+/// Returns freed heap to the kernel and unmaps the clean file pages touched so far (startup's
+/// runtime init, argument parsing, runc spawn, JSON; a daemon's burst of calls): they stay in
+/// the page cache and fault back in if used again. Only private file mappings without a single anonymous (copied-on-write) page
 /// are dropped, so what they read back is exactly what was there; relocated data (RELRO,
 /// `.data`) always has anonymous pages and is never touched.
 pub fn shed_startup_pages() {
