@@ -26,11 +26,13 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     )]
 }
 
-/// How long the workers run (kills keep coming meanwhile).
+/// How long the workers run (kills keep coming meanwhile), × BOSUN_TEST_TIME_SCALE.
 const CHURN: Duration = Duration::from_secs(45);
 /// Concurrent workers (the CI machine has two cores).
 const WORKERS: usize = 3;
-/// Time between two kills: uniform in this range.
+/// Time between two kills: uniform in this range, × BOSUN_TEST_TIME_SCALE (a slow lane needs
+/// as many times longer for a pod life, and for a restart: under qemu TCG a restart alone took
+/// ~6 s and no life ever completed between kills 1.5–4 s apart).
 const KILL_EVERY_MS: std::ops::Range<u64> = 1500..4000;
 /// Exits 3 on SIGTERM.
 const TRAP3: &str = "trap 'exit 3' TERM; while :; do sleep 0.1; done";
@@ -223,8 +225,10 @@ fn churn() -> Result<()> {
     let started = Instant::now();
     let (mut kills, mut exit_ms, mut up_ms, mut waited) = (0, Vec::new(), Vec::new(), 0);
     let mut rng = rand::rng();
-    while started.elapsed() < CHURN {
-        std::thread::sleep(Duration::from_millis(rng.random_range(KILL_EVERY_MS)));
+    let scale = u64::from(crate::support::time_scale());
+    let kill_every = KILL_EVERY_MS.start * scale..KILL_EVERY_MS.end * scale;
+    while started.elapsed() < crate::support::scaled(CHURN) {
+        std::thread::sleep(Duration::from_millis(rng.random_range(kill_every.clone())));
         // kill -9 and start again at once, without waiting for the old process to go.
         let t = Instant::now();
         let mut old = d.kill_nowait().context("no daemon to kill")?;

@@ -32,14 +32,16 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     ]
 }
 
-/// The daemon dies while bridge's ADD runs (slowed down to 3 s). The next daemon recovers the
-/// sandbox at once (NOTREADY, DEL). Had the old ADD gone on, it would create the veth, the
-/// lease and the masquerade chain after that DEL, for good.
+/// The daemon dies while bridge's ADD runs (slowed down to 3 s × BOSUN_TEST_TIME_SCALE: under
+/// qemu TCG the restart alone takes ~6 s, and the ADD must outlast it). The next daemon
+/// recovers the sandbox at once (NOTREADY, DEL). Had the old ADD gone on, it would create the
+/// veth, the lease and the masquerade chain after that DEL, for good.
 fn orphaned_add() -> Result<()> {
     let mut d = crash_steps::daemon(Net::Plugins)?;
+    let slow = 3 * crate::support::time_scale();
     d.net().wrap(
         "bridge",
-        &format!("[ \"$CNI_COMMAND\" = ADD ] && sleep 3\nexec {DEBIAN_PLUGINS}/bridge"),
+        &format!("[ \"$CNI_COMMAND\" = ADD ] && sleep {slow}\nexec {DEBIAN_PLUGINS}/bridge"),
     )?;
     let config = cri::pod_config(&d, "orphan");
     // Plugin calls of an ADD: bridge, then portmap (the loopback is set up in-process).
@@ -47,7 +49,7 @@ fn orphaned_add() -> Result<()> {
         call(d, Rpc::RunPod(&config))
     })?;
     // Longer than the slowed ADD: what it would have made is there by now.
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(crate::support::scaled(Duration::from_secs(4)));
     let mut seen = Vec::new();
     cri::with_log(
         &d,

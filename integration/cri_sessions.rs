@@ -591,11 +591,14 @@ fn attach_basics() -> Result<()> {
             drop(a);
             tokio::time::sleep(Duration::from_millis(300)).await;
             ensure!(running(env, &id), "detaching stopped the container");
-            // The log kept flowing: it has lines beyond what the attaches saw.
+            // The log kept flowing: it has lines beyond what the attaches saw (a slow lane's
+            // ticker may take longer than the 300 ms above to print three more).
             let max = common.iter().max().copied().unwrap_or(0);
-            let log = std::fs::read_to_string(env.log_of(sb, "ticker")?)?;
+            let log_path = env.log_of(sb, "ticker")?;
+            let want = format!(" stdout F line {}\n", max + 3);
             ensure!(
-                log.contains(&format!(" stdout F line {}\n", max + 3)),
+                crate::support::wait_until(2, || std::fs::read_to_string(&log_path)
+                    .is_ok_and(|log| log.contains(&want))),
                 "log stopped?"
             );
 

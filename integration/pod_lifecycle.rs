@@ -250,6 +250,9 @@ fn init_and_sidecars() -> Result<()> {
     std::fs::create_dir_all(&m)?;
     // No quotes: some markers run inside single-quoted traps.
     let mark = |label: &str| format!("read up rest < /proc/uptime; echo {label} $up >> /m/log");
+    // The sidecar's exec probe must fit its timeout on a slow lane too (a runc exec under qemu
+    // TCG takes over a second: 30 timeouts in a row restarted the sidecar there).
+    let timeout = crate::support::time_scale();
     let yaml = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -267,7 +270,7 @@ spec:
     imagePullPolicy: Never
     restartPolicy: Always
     command: [sh, -c, "trap '{side_term}; exit 0' TERM; sleep 1; {side_up}; touch /tmp/up; while true; do sleep 0.2; done"]
-    startupProbe: {{exec: {{command: [test, -f, /tmp/up]}}, periodSeconds: 1, failureThreshold: 30}}
+    startupProbe: {{exec: {{command: [test, -f, /tmp/up]}}, periodSeconds: 1, timeoutSeconds: {timeout}, failureThreshold: 30}}
     volumeMounts: [{{name: m, mountPath: /m}}]
   - name: second
     image: {BUSYBOX}

@@ -480,7 +480,7 @@ fn qos_cgroups_v1() -> Result<()> {
 /// The cgroup parent (a path for cgroupfs, a slice for systemd) the kubelet's naming gives
 /// QoS cgroup `parts` (`["kubepods", "burstable", "pod<uid>"]`) below the daemon's `parent`:
 /// `<parent>/kubepods/burstable/pod<uid>`, or `<base>-kubepods-burstable-pod<uid_>.slice`.
-fn qos_parent(parent: &str, parts: &[&str]) -> String {
+pub(crate) fn qos_parent(parent: &str, parts: &[&str]) -> String {
     match cgroup::driver() {
         Driver::Cgroupfs => format!("{}/{}", parent.trim_end_matches('/'), parts.join("/")),
         Driver::Systemd => {

@@ -95,8 +95,11 @@ spec:
 /// probe that would fail right now never runs.
 fn startup_gating() -> Result<()> {
     let d = pods::daemon(10, "")?;
-    // Each exec probe's runc exec must fit its timeout on a slow lane too (1 s here).
+    // Each exec probe's runc exec must fit its timeout on a slow lane too (1 s here), and the
+    // container stays unstarted long enough for this test to look twice, a second apart, after
+    // it saw it running (4 s here; under qemu TCG one `pod get` alone can take seconds).
     let t = crate::support::time_scale();
+    let (unstarted, threshold) = (4 * t, 20 * t);
     let yaml = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -107,8 +110,8 @@ spec:
   - name: main
     image: {BUSYBOX}
     imagePullPolicy: Never
-    command: [sh, -c, "sleep 4; touch /tmp/started; while true; do sleep 1; done"]
-    startupProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 20}}
+    command: [sh, -c, "sleep {unstarted}; touch /tmp/started; while true; do sleep 1; done"]
+    startupProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: {threshold}}}
     livenessProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 1}}
     readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1, timeoutSeconds: {t}}}
 "#

@@ -21,6 +21,7 @@ PACKAGES=(
   iproute2 iptables nftables containernetworking-plugins
   docker-registry apache2-utils openssl python3
   busybox psmisc procps util-linux mount attr tar zstd ca-certificates
+  e2fsprogs   # mkfs.ext4: the tests that freeze a loop-mounted file system (Need::Freeze)
 )
 
 die() { echo "vm image: $*" >&2; exit 1; }
@@ -68,7 +69,7 @@ mmdebstrap --mode=root --variant=apt --include="$include" \
   --customize-hook="copy-in $HERE/guest/bosun-vm-run.service /etc/systemd/system" \
   --customize-hook='chroot "$1" systemctl enable bosun-vm-run.service' \
   --customize-hook='chroot "$1" systemctl mask serial-getty@ttyS0.service getty@tty1.service \
-      docker-registry.service e2scrub_reap.service apt-daily.timer apt-daily-upgrade.timer \
+      docker-registry.service e2scrub_reap.service e2scrub_all.timer apt-daily.timer apt-daily-upgrade.timer \
       man-db.timer fstrim.timer dpkg-db-backup.timer systemd-timesyncd.service' \
   --customize-hook='echo bosun-vm > "$1/etc/hostname"' \
   --customize-hook='printf "127.0.1.1\tbosun-vm\n" >> "$1/etc/hosts"' \
