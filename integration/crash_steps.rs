@@ -296,7 +296,6 @@ const CREATE_POINTS: &[&str] = &[
     "container.create.meta-written=kill",
     "container.create.recorded=kill",
     "container.create.rootfs=kill",
-    "container.create.launched=kill",
     "container.create.done=kill",
 ];
 
@@ -369,6 +368,8 @@ pub fn pod_with_container(
 
 const START_POINTS: &[&str] = &[
     "container.start.before-runc=kill",
+    "container.start.monitor-spawned=kill",
+    "container.start.launched=kill",
     "container.start.runc-started=kill",
     "container.start.done=kill",
 ];
