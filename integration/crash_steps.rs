@@ -296,7 +296,6 @@ const CREATE_POINTS: &[&str] = &[
     "container.create.meta-written=kill",
     "container.create.recorded=kill",
     "container.create.rootfs=kill",
-    "container.create.launched=kill",
     "container.create.done=kill",
 ];
 
@@ -389,6 +388,8 @@ fn pod_of_config_with_container(
 
 const START_POINTS: &[&str] = &[
     "container.start.before-runc=kill",
+    "container.start.monitor-spawned=kill",
+    "container.start.launched=kill",
     "container.start.runc-started=kill",
     "container.start.done=kill",
 ];

@@ -438,47 +438,44 @@ fn exit_codes() -> Result<()> {
             let s = cri::wait_exited(&mut rt, &id, 20).await?;
             cri::check_exit(&s, 137, "OOMKilled")?;
 
-            // Start failure: the command does not exist.
+            // Start failure: the command does not exist. CreateContainer runs nothing, so it
+            // succeeds (as containerd's); StartContainer fails naming the container and the
+            // binary, and leaves it EXITED (128, StartError) with no monitor or runc state.
             let mut c = cri::container_config(&pod, "no-such-binary", &busybox);
             c.command = vec!["/no-such-binary".into()];
-            match cri::create(&mut rt, &pod, &c).await {
-                Err(e) => {
-                    // runc create already fails; CreateContainer must say why and leave nothing.
-                    eprintln!("CreateContainer of a missing binary: {e:#}");
-                    ensure!(format!("{e:#}").contains("no-such-binary"), "{e:#}");
-                    let listed = cri::list_containers(
-                        &mut rt,
-                        Some(pb::ContainerFilter {
-                            pod_sandbox_id: pod.id.clone(),
-                            ..Default::default()
-                        }),
-                    )
-                    .await?;
-                    ensure!(
-                        listed
-                            .iter()
-                            .all(|c| c.metadata.as_ref().map(|m| m.name.as_str())
-                                != Some("no-such-binary")),
-                        "a failed create is listed: {listed:?}"
-                    );
-                }
-                Ok(id) => {
-                    let err = cri::start(&mut rt, &id)
-                        .await
-                        .err()
-                        .context("StartContainer of a missing binary succeeded")?;
-                    eprintln!("StartContainer of a missing binary: {err:#}");
-                    ensure!(format!("{err:#}").contains("no-such-binary"), "{err:#}");
-                    let s = cri::status(&mut rt, &id).await?;
-                    ensure!(
-                        cri::state_of(&s) == pb::ContainerState::ContainerExited
-                            && s.exit_code == 128
-                            && (s.reason == "StartError" || s.reason == "ContainerCannotRun")
-                            && s.message.contains("no-such-binary"),
-                        "a failed start: {s:?}"
-                    );
-                }
-            }
+            let id = cri::create(&mut rt, &pod, &c).await?;
+            let err = cri::start(&mut rt, &id)
+                .await
+                .err()
+                .context("StartContainer of a missing binary succeeded")?;
+            eprintln!("StartContainer of a missing binary: {err:#}");
+            ensure!(
+                format!("{err:#}").contains("no-such-binary") && format!("{err:#}").contains(&id),
+                "{err:#}"
+            );
+            let s = cri::status(&mut rt, &id).await?;
+            ensure!(
+                cri::state_of(&s) == pb::ContainerState::ContainerExited
+                    && s.exit_code == 128
+                    && s.reason == "StartError"
+                    && s.message.contains("no-such-binary"),
+                "a failed start: {s:?}"
+            );
+            ensure!(
+                cri::monitors_of(&id).is_empty() && !cri::runc_containers(&d.state()).contains(&id),
+                "a failed start left its monitor or runc state"
+            );
+            let again = rt
+                .start_container(pb::StartContainerRequest {
+                    container_id: id.clone(),
+                })
+                .await;
+            cri::refused(
+                "StartContainer after a failed start",
+                again,
+                tonic::Code::FailedPrecondition,
+                &[&id],
+            )?;
             cri::remove_pod(&mut rt, &pod.id).await?;
             ensure!(
                 disorder.is_empty(),
@@ -857,6 +854,36 @@ fn update_resources() -> Result<()> {
                     && linux.cpu_period == new.cpu_period,
                 "ContainerStatus.resources after update: {linux:?}"
             );
+            // Updated while created (no cgroup yet, issue 13): the start applies the update.
+            let mut early = c.clone();
+            if let Some(m) = early.metadata.as_mut() {
+                m.name = "updated-before-start".into();
+            }
+            let created = cri::create(&mut rt, &pod, &early).await?;
+            rt.update_container_resources(pb::UpdateContainerResourcesRequest {
+                container_id: created.clone(),
+                linux: Some(new.clone()),
+                ..Default::default()
+            })
+            .await
+            .context("UpdateContainerResources of a created container")?;
+            cri::start(&mut rt, &created).await?;
+            let got = limits(&created);
+            ensure!(
+                got == [
+                    (128u64 << 20).to_string(),
+                    shares_1024.into(),
+                    "50000 100000".into()
+                ],
+                "cgroup of a container updated before its start: {got:?}"
+            );
+            let s = cri::status(&mut rt, &created).await?;
+            let memory = s
+                .resources
+                .and_then(|r| r.linux)
+                .map(|l| l.memory_limit_in_bytes);
+            ensure!(memory == Some(128 << 20), "status resources: {memory:?}");
+            cri::stop(&mut rt, &created, 0).await?;
             cri::stop(&mut rt, &id, 0).await?;
             let err = rt
                 .update_container_resources(pb::UpdateContainerResourcesRequest {

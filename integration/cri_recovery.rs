@@ -24,9 +24,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     ]
 }
 
-/// The daemon dies between `runc start` and writing RUNNING (simulated: kill -9 with the
-/// container CREATED, then `runc start` by hand); the next daemon must report it RUNNING and
-/// still stop it with the right exit code.
+/// The daemon dies after the monitor ran the container (`runc run` returned) and before it
+/// wrote RUNNING (issue 13: the monitor's pid is not recorded yet either); the next daemon
+/// must find that monitor, report the container RUNNING and still stop it with the right exit
+/// code.
 fn start_not_recorded() -> Result<()> {
     let mut d = cri::daemon()?;
     let busybox = cri::import(&d, "busybox")?;
@@ -45,19 +46,13 @@ fn start_not_recorded() -> Result<()> {
             Ok((pod, id))
         }),
     )?;
-    d.kill9();
-    let runc = crate::support::runc_bin().context("runc")?;
-    let out = std::process::Command::new(runc)
-        .arg("--root")
-        .arg(d.state().join("runc"))
-        .args(["start", &id])
-        .output()?;
+    d.crash_at("container.start.launched=kill", |d| {
+        crate::crash_steps::call(d, crate::crash_steps::Rpc::Start(&id))
+    })?;
     ensure!(
-        out.status.success(),
-        "runc start: {}",
-        String::from_utf8_lossy(&out.stderr)
+        cri::monitors_of(&id).len() == 1,
+        "the monitor did not outlive the daemon"
     );
-    d.restart()?;
     cri::with_log(
         &d,
         block_on(async {
@@ -109,7 +104,7 @@ fn kill9_and_restart() -> Result<()> {
                 ),
             );
             let quitter = cri::create_start(&mut rt, &pod, &q).await?;
-            // Created, not started: its init waits inside `runc create` under its monitor.
+            // Created, not started: nothing runs for it until StartContainer (issue 13).
             let l = cri::sh_config(&pod, "late", &busybox, "echo late-start; exec sleep 1000");
             let late = cri::create(&mut rt, &pod, &l).await?;
             cri::wait_log(&pod.log_of(&t), 10, |l| l.len() >= 2).await?;

@@ -211,7 +211,7 @@ fn pod_namespace() -> Result<()> {
                 user.as_ref().map(|u| (u.uid, u.gid)) == Some((0, 0)),
                 "ContainerStatus.user: {user:?}"
             );
-            // No staged mount outlives `runc create`.
+            // No staged mount outlives `runc run` (StartContainer).
             let staged = cri::mounts_under(&d.state().join("containers").join(&id).join("stage"));
             ensure!(
                 staged.is_empty(),

@@ -11,6 +11,7 @@ mod crash_userns;
 mod cri_conform;
 mod cri_containers;
 mod cri_deadline;
+mod cri_deferred;
 mod cri_events;
 mod cri_exec;
 mod cri_features;
@@ -61,6 +62,7 @@ fn main() {
     trials.extend(cgroups::trials());
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
+    trials.extend(cri_deferred::trials());
     trials.extend(cri_conform::trials());
     trials.extend(cri_deadline::trials());
     trials.extend(cri_stop::trials());

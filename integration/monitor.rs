@@ -28,7 +28,7 @@ const TESTS: [(&str, Test); 9] = [
     ("monitor::tty_output_is_logged_as_stdout", tty),
     ("monitor::oom_kill_is_read_from_the_memory_cgroup", oom),
     (
-        "monitor::runc_create_failure_goes_to_the_sync_fd",
+        "monitor::runc_run_failure_goes_to_the_sync_fd",
         create_fails,
     ),
     ("monitor::sigusr1_reopens_the_log_after_rotation", reopen),
@@ -56,7 +56,9 @@ fn bosun() -> PathBuf {
 }
 
 fn streams_and_exit() -> Result<()> {
-    let mut fx = Fixture::new("streams", "echo out; echo err >&2; exit 3", |_| {})?;
+    // The pause keeps the init alive until its parent is checked: the monitor runs it.
+    let script = "sleep 0.5; echo out; echo err >&2; exit 3";
+    let mut fx = Fixture::new("streams", script, |_| {})?;
     let sync = fx.spawn_monitor(&[])?;
     let monitor = fx.monitor.context("monitor pid")?;
     let stat = proc_stat(monitor).context("monitor is running")?;
@@ -73,7 +75,6 @@ fn streams_and_exit() -> Result<()> {
         proc_stat(init).map(|s| s.ppid) == Some(monitor),
         "init is not the monitor's child"
     );
-    fx.start()?;
     let exit = fx.wait_exit(3, None, false)?;
     ensure!(exit["pid"] == init, "{exit} vs {sync}");
     ensure!(
@@ -135,7 +136,6 @@ fn spawner_dies() -> Result<()> {
     spawner.kill()?;
     spawner.wait()?;
     sync?;
-    fx.start()?;
     fx.wait_exit(0, None, false)?;
     ensure!(fx.records()? == [rec("stdout", "F", "done")]);
     fx.finish()
@@ -516,11 +516,7 @@ impl Fixture {
         Ok(out)
     }
 
-    fn start(&self) -> Result<()> {
-        self.runc_ok(&["start", &self.id]).map(drop)
-    }
-
-    /// A fixture with its monitor spawned and the container started.
+    /// A fixture with its monitor spawned (it runs the container: `runc run --detach`).
     fn started(
         name: &str,
         script: &str,
@@ -529,7 +525,6 @@ impl Fixture {
     ) -> Result<Fixture> {
         let mut fx = Fixture::new(name, script, tweak)?;
         fx.spawn_monitor(extra)?;
-        fx.start()?;
         Ok(fx)
     }
 

@@ -1,6 +1,7 @@
-//! The per-container monitor: creates the container with runc and outlives the daemon.
+//! The per-container monitor: runs the container with runc and outlives the daemon.
 //!
-//! One small process per container (no tokio, no threads): it runs `runc create`, is the
+//! One small process per container (no tokio, no threads), started by StartContainer (a
+//! created container has none, issue 13): it runs `runc run --detach`, is the
 //! subreaper parent of the container's init, owns its stdio, writes the CRI log file while the
 //! daemon is down or busy (DESIGN rule 11), and records the exit atomically.
 //!
@@ -23,18 +24,19 @@
 //! 2. It forks once; the process the daemon spawned exits 0 at once (the daemon reaps it),
 //!    so the monitor is not the daemon's child. The monitor: `setsid`, child subreaper,
 //!    stdio on /dev/null, cwd `/`, SIGPIPE ignored, SIGCHLD/SIGUSR1 via a signalfd.
-//! 3. It runs `<runtime> --root R --log <bundle>/runc.log --log-format json create
+//! 3. It runs `<runtime> --root R --log <bundle>/runc.log --log-format json run --detach
 //!    --bundle B --pid-file <bundle>/init.pid [--console-socket console.sock] ID` in the
 //!    bundle directory, with pipes as the container's stdout/stderr (and stdin with
 //!    `--stdin`; its write end is held for attach). With `--tty` the bundle must set
 //!    `process.terminal`; runc sends the terminal master over `<bundle>/console.sock` and
 //!    the master is the only output, logged as `stdout`.
 //! 4. Failure: one line `{"error": "<runc's last error message>"}` on the sync fd, exit 1,
-//!    no exit file. Success: `{"monitor_pid": N, "init_pid": N}` and the sync fd is closed.
-//!    The daemon then runs `runc start` itself.
+//!    no exit file (runc has destroyed the container). Success: `{"monitor_pid": N,
+//!    "init_pid": N}` and the sync fd is closed; the init may still be runc's until it execs
+//!    the container's process (the daemon waits for that exec).
 //! 5. Output goes to the CRI log file (`O_APPEND`, created 0640; records as in
 //!    [`cri_log`]). SIGUSR1 reopens the log path (kubelet rotation).
-//! 6. `<bundle>/attach.sock` (SOCK_SEQPACKET, 0600, bound before `runc create`) serves
+//! 6. `<bundle>/attach.sock` (SOCK_SEQPACKET, 0600, bound before `runc run`) serves
 //!    attach clients ([`attach`], format in [`attach_proto`]): output tagged by stream to
 //!    every client (one that cannot keep up is disconnected, never waited for), client input
 //!    to the container's stdin (`--stdin`; closed after the first client's stdin ends with
@@ -44,11 +46,11 @@
 //!    is still held open and the bundle gives the container no pid namespace of its own, the
 //!    processes left in its cgroup are killed (`<runtime> --root R kill --all ID KILL`, as
 //!    containerd's shim). Output is drained until EOF or 2 s, the memory cgroup's OOM-kill
-//!    counter is compared with its value right after create (on v2 followed while the
+//!    counter is compared with zero (`runc run` made the cgroup; on v2 followed while the
 //!    container runs, with its slice's for a systemd scope: [`oom_watch`]), and the exit file
 //!    is written atomically:
 //!    `{"pid", "exit_code" (status, or 128+signal), "signal" (number or null), "oom_killed",
-//!    "started_at_ns" (runc create returned), "finished_at_ns" (init reaped)}`; exit 0.
+//!    "started_at_ns" (runc run returned), "finished_at_ns" (init reaped)}`; exit 0.
 
 pub mod args;
 pub mod attach;
@@ -162,7 +164,7 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
         (None, Some(io), stdio)
     };
     let mut attach = attach::AttachServer::bind(&config.bundle, config.stdin_once, config.tty)?;
-    runc::create(config, console.as_ref().map(|_| console::NAME), stdio)?;
+    runc::run(config, console.as_ref().map(|_| console::NAME), stdio)?;
     let started_at = SystemTime::now();
     let mut io = match (pipes, console) {
         (Some(io), _) => io,
@@ -181,9 +183,11 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
             )))
         }
     }
+    // The process runs already (and may have been OOM-killed): the cgroup `runc run` just
+    // made counts from zero, which is the baseline, not what it reads now.
     let mut oom = OomCounter::for_bundle(&config.bundle, &config.id)
         .ok()
-        .map(OomWatch::start);
+        .map(OomWatch::start_new);
     // Before the trim below: the JSON parse must not pull its pages back in afterwards.
     let leftovers = leftovers::Leftovers::for_container(config);
     sync.ready(me, init);

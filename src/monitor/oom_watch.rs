@@ -60,6 +60,14 @@ impl OomWatch {
         w
     }
 
+    /// [`OomWatch::start`] for a cgroup made just now (by `runc run`): its count started at
+    /// zero, whatever it reads by now (a process OOM-killed at once is counted as such).
+    pub fn start_new(counter: OomCounter) -> Self {
+        let mut w = Self::start(counter);
+        w.before = Some(0);
+        w
+    }
+
     /// The descriptor to poll: readable when a counter file changed.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.inotify.as_ref().map(|fd| fd.as_fd())
@@ -178,6 +186,17 @@ mod tests {
         assert!(!w.killed(true));
         events(root.path(), 1);
         assert!(w.killed(false), "the final reading sees the kill");
+    }
+
+    /// `runc run` returns with the process running: a kill before the first reading is ours.
+    #[test]
+    fn a_new_cgroup_counts_from_zero() {
+        let root = tempfile::tempdir().expect("tempdir");
+        events(root.path(), 1);
+        let mut w = OomWatch::start_new(counter_at(root.path()));
+        assert!(w.killed(true), "killed before the first reading");
+        let mut w = OomWatch::start(counter_at(root.path()));
+        assert!(!w.killed(true), "an old cgroup's count is its baseline");
     }
 
     #[test]

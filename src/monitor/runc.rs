@@ -1,4 +1,4 @@
-//! `runc create`: the command line, its error message (from runc's JSON log) and the init pid.
+//! `runc run --detach`: the command line, its error message (from runc's JSON log) and the init pid.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -30,7 +30,7 @@ pub fn pid_file(bundle: &Path) -> PathBuf {
 }
 
 /// The argument vector after the runtime binary (without the stdio).
-pub fn create_args(config: &Config, console_socket: Option<&str>) -> Vec<std::ffi::OsString> {
+pub fn run_args(config: &Config, console_socket: Option<&str>) -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = vec![
         "--root".into(),
         config.runtime_root.clone().into(),
@@ -43,7 +43,8 @@ pub fn create_args(config: &Config, console_socket: Option<&str>) -> Vec<std::ff
         args.push("--systemd-cgroup".into());
     }
     args.extend([
-        "create".into(),
+        "run".into(),
+        "--detach".into(),
         "--bundle".into(),
         config.bundle.clone().into(),
         "--pid-file".into(),
@@ -57,14 +58,18 @@ pub fn create_args(config: &Config, console_socket: Option<&str>) -> Vec<std::ff
     args
 }
 
-/// Runs `runc create` to completion with `stdio` handed to the container's init. runc runs in
-/// the bundle directory (it changes there anyway; the console socket name is relative to it).
-/// On failure the error is runc's own last `"level":"error"` message from this run's log.
-pub fn create(config: &Config, console_socket: Option<&str>, stdio: RuncStdio) -> Result<()> {
+/// Runs `runc run --detach` to completion with `stdio` handed to the container's init: one
+/// runc process creates and starts the container (StartContainer; CreateContainer runs no
+/// runc, issue 13). runc runs in the bundle directory (it changes there anyway; the console
+/// socket name is relative to it). It returns once the init is released to exec the
+/// container's process; the init, reparented to us (child subreaper), is reaped by the
+/// supervisor only. On failure the error is runc's own last `"level":"error"` message from
+/// this run's log (runc has destroyed the container then).
+pub fn run(config: &Config, console_socket: Option<&str>, stdio: RuncStdio) -> Result<()> {
     let log = log_path(&config.bundle);
     let log_start = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let mut cmd = Command::new(&config.runtime);
-    cmd.args(create_args(config, console_socket))
+    cmd.args(run_args(config, console_socket))
         .current_dir(&config.bundle)
         .stdin(stdio.stdin)
         .stdout(stdio.stdout)
@@ -82,7 +87,7 @@ pub fn create(config: &Config, console_socket: Option<&str>, stdio: RuncStdio) -
     let appended = read_from(&log, log_start).unwrap_or_default();
     Err(Error::msg(match last_error(&appended) {
         Some(msg) => msg,
-        None => format!("runc create: {status}"),
+        None => format!("runc run: {status}"),
     }))
 }
 
@@ -153,7 +158,7 @@ mod tests {
     }
 
     #[test]
-    fn the_command_line_puts_global_flags_before_create() {
+    fn the_command_line_puts_global_flags_before_run() {
         let config = super::super::args::parse(
             &"--id c1 --bundle /b --runtime /usr/sbin/runc --runtime-root /run/r \
               --log-path /l --exit-file /e --sync-fd 3"
@@ -162,27 +167,27 @@ mod tests {
                 .collect::<Vec<_>>(),
         )
         .expect("parse");
-        let args: Vec<String> = create_args(&config, Some("console.sock"))
+        let args: Vec<String> = run_args(&config, Some("console.sock"))
             .into_iter()
             .map(|a| a.into_string().expect("utf8"))
             .collect();
         assert_eq!(
             args.join(" "),
-            "--root /run/r --log /b/runc.log --log-format json create --bundle /b \
+            "--root /run/r --log /b/runc.log --log-format json run --detach --bundle /b \
              --pid-file /b/init.pid --console-socket console.sock c1"
         );
         let systemd = super::super::args::Config {
             systemd_cgroup: true,
             ..config
         };
-        let args: Vec<String> = create_args(&systemd, None)
+        let args: Vec<String> = run_args(&systemd, None)
             .into_iter()
             .map(|a| a.into_string().expect("utf8"))
             .collect();
         assert_eq!(
             args.join(" "),
-            "--root /run/r --log /b/runc.log --log-format json --systemd-cgroup create \
-             --bundle /b --pid-file /b/init.pid c1"
+            "--root /run/r --log /b/runc.log --log-format json --systemd-cgroup run \
+             --detach --bundle /b --pid-file /b/init.pid c1"
         );
     }
 

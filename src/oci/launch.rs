@@ -54,7 +54,7 @@ pub struct MonitorArgs {
     pub log_max_line: Option<usize>,
     /// runc uses its systemd cgroup driver (`--systemd-cgroup`).
     pub systemd_cgroup: bool,
-    /// How long to wait for the monitor's report (it includes `runc create`).
+    /// How long to wait for the monitor's report (it includes `runc run`).
     pub timeout: Duration,
 }
 
@@ -116,7 +116,7 @@ impl MonitorArgs {
     }
 }
 
-/// A monitor that created its container.
+/// A monitor that started its container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct Launched {
     /// The monitor's pid (not our child).
@@ -156,6 +156,8 @@ pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
             format!("spawn {}: {e}", program.display()),
         )
     })?;
+    // The monitor goes on without us from here: a crash now is settled at recovery.
+    crate::failpoint!("container.start.monitor-spawned");
     // Both pipes are read while the process runs: a monitor that fails with a message longer
     // than a pipe buffer would otherwise block writing it while we wait for its exit (issue 16
     // item 7: CreateContainer stuck for the whole timeout with the pod's locks held).
@@ -346,6 +348,35 @@ pub fn monitor_alive(pid: i32, id: &str) -> bool {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"));
     let needle = format!("\0monitor\0--id\0{id}\0");
     cmdline.is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+}
+
+/// The container ids of every running monitor (`… monitor --id <id> …`, one scan of
+/// `/proc`), with their pids: after a launch, for a moment, the process that forks the monitor
+/// is listed too. Recovery uses it for StartContainer calls a daemon crash interrupted, whose
+/// monitor's pid was never recorded.
+pub fn running_monitors() -> Vec<(String, i32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            argv.windows(3)
+                .find(|w| w[0] == b"monitor" && w[1] == b"--id")
+                .map(|w| (String::from_utf8_lossy(w[2]).into_owned(), pid))
+        })
+        .collect()
+}
+
+/// The pids of [`running_monitors`] for container `id`.
+pub fn find_monitors(id: &str) -> Vec<i32> {
+    running_monitors()
+        .into_iter()
+        .filter(|(m, _)| m == id)
+        .map(|(_, pid)| pid)
+        .collect()
 }
 
 /// The exit record at `path`, or why there is none.

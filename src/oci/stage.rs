@@ -237,15 +237,16 @@ pub fn unmount_and_remove(dir: &Path) -> Result<()> {
     }
 }
 
-/// Detaches every mount staged under any `<containers_dir>/<id>/stage` (one mountinfo scan):
-/// at daemon start nothing is being created, and what a crash mid-create left is never needed
-/// (a container that got as far as `runc create` has its own copies). Returns how many went.
-pub fn unstage_all(containers_dir: &Path) -> usize {
+/// Detaches every mount staged under `<containers_dir>/<id>/stage` for each `<id>` that
+/// `done` accepts (one mountinfo scan): at daemon start nothing is being created or started,
+/// and a container that got as far as `runc run` has its own copies; a created container
+/// still to be started needs its stage (the caller leaves it out). Returns how many went.
+pub fn unstage_all(containers_dir: &Path, done: impl Fn(&str) -> bool) -> usize {
     let staged = |p: &Path| {
         p.strip_prefix(containers_dir).is_ok_and(|rel| {
-            rel.components()
-                .nth(1)
-                .is_some_and(|c| c.as_os_str() == "stage")
+            let mut parts = rel.components();
+            let id = parts.next().and_then(|c| c.as_os_str().to_str());
+            parts.next().is_some_and(|c| c.as_os_str() == "stage") && id.is_some_and(&done)
         })
     };
     let mut points: Vec<PathBuf> = crate::oci::mounts::mount_points_under(containers_dir)

@@ -133,3 +133,24 @@ fn open_ns(path: &Path) -> Result<OwnedFd> {
     rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
         .ctx(|| format!("open {}", path.display()))
 }
+
+/// Rewrites the `linux.resources` of the bundle's `config.json` in container dir `dir` with
+/// `change` (UpdateContainerResources on a created container: runc makes its cgroup from
+/// them at start). Blocking; a rename like the first write.
+pub fn update_resources(
+    dir: &Path,
+    change: impl FnOnce(&mut oci_spec::runtime::LinuxResources) -> Result<()>,
+) -> Result<()> {
+    let path = super::paths::bundle(dir).join("config.json");
+    let text = std::fs::read(&path).ctx(|| format!("read {}", path.display()))?;
+    let mut spec: oci_spec::runtime::Spec = serde_json::from_slice(&text)
+        .map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
+    let mut linux = spec.linux().clone().unwrap_or_default();
+    let mut resources = linux.resources().clone().unwrap_or_default();
+    change(&mut resources)?;
+    linux.set_resources(Some(resources));
+    spec.set_linux(Some(linux));
+    let json = serde_json::to_vec_pretty(&spec)
+        .map_err(|e| Error::internal(format!("encode config.json: {e}")))?;
+    write_atomic_nosync(&path, &json)
+}

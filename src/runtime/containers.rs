@@ -13,12 +13,13 @@ use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState, UserI
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::image::index::ImageRecord;
 use crate::oci::{
-    cgroups_path, ExecOutput, MonitorArgs, Resources, SandboxContext, SpecOptions, EXEC_OUTPUT_CAP,
+    cgroups_path, ExecOutput, Resources, SandboxContext, SpecOptions, EXEC_OUTPUT_CAP,
 };
 
 impl Runtime {
     /// CreateContainer in sandbox `sandbox_id`: resolves the image, mounts the rootfs, writes
-    /// the bundle and has a monitor `runc create` it. All or nothing; returns the new id.
+    /// the bundle and records the container CREATED; no process is started until
+    /// StartContainer (as containerd: no task at create). All or nothing; returns the new id.
     pub async fn create_container(
         self: &Arc<Self>,
         sandbox_id: &str,
@@ -87,41 +88,32 @@ impl Runtime {
         let _life = handle.lifecycle.lock().await;
         crate::failpoint!("container.create.recorded");
         let recorded = t0.elapsed();
-        match self.build_container(&sandbox, &image, entry.meta()).await {
-            Ok(launched) => {
-                let (launched, user) = launched;
-                crate::failpoint!("container.create.launched");
-                let r = entry.update(|s| {
-                    s.pid = launched.init_pid.max(0) as u32;
-                    s.monitor_pid = launched.monitor_pid.max(0) as u32;
-                    s.user = Some(user);
-                    Ok(())
-                });
-                self.watch_exit(&id, launched.monitor_pid);
-                if let Err(e) = r {
-                    drop(_life);
-                    let _ = self.remove_container(&id).await;
-                    return Err(e);
-                }
-                crate::failpoint!("container.create.done");
-                tracing::info!(
-                    container = %id,
-                    name = %name,
-                    sandbox = %sandbox.id(),
-                    checks_records_us = recorded.as_micros() as u64,
-                    total_us = t0.elapsed().as_micros() as u64,
-                    "container created"
-                );
-                self.emit(EventKind::Created, &id, sandbox.id());
-                Ok(id)
-            }
-            Err(e) => {
-                drop(_life);
-                self.discard_container(&id).await;
-                self.drop_handle(&id);
-                Err(e.context(format!("container {name:?}")))
-            }
+        let built = match self.build_container(&sandbox, &image, entry.meta()).await {
+            // The identity is known only now; a rename, like every status update (README
+            // "Layout"): the synced creation record above is what recovery needs.
+            Ok(user) => entry.update(|s| {
+                s.user = Some(user);
+                Ok(())
+            }),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = built {
+            drop(_life);
+            self.discard_container(&id).await;
+            self.drop_handle(&id);
+            return Err(e.context(format!("container {name:?}")));
         }
+        crate::failpoint!("container.create.done");
+        tracing::info!(
+            container = %id,
+            name = %name,
+            sandbox = %sandbox.id(),
+            checks_records_us = recorded.as_micros() as u64,
+            total_us = t0.elapsed().as_micros() as u64,
+            "container created"
+        );
+        self.emit(EventKind::Created, &id, sandbox.id());
+        Ok(id)
     }
 
     /// The metadata of a new container (paths, image facts, cgroups path).
@@ -182,19 +174,20 @@ impl Runtime {
         })
     }
 
-    /// Rootfs, bundle, monitor: the steps of a creation that touch the OS.
+    /// Rootfs and bundle: the steps of a creation that touch the OS. No process is started:
+    /// StartContainer has the monitor `runc run` the bundle (issue 13: a created container
+    /// costs no memory, and CreateContainer no runc).
     async fn build_container(
         self: &Arc<Self>,
         sandbox: &SandboxEntry,
         image: &ImageRecord,
         meta: &ContainerMeta,
-    ) -> Result<(crate::oci::Launched, UserIds)> {
+    ) -> Result<UserIds> {
         let id = meta
             .state_dir
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let bundle = paths::bundle(&meta.state_dir);
         let rw = self.layout.rw_dir(&id);
         let ctx = self.sandbox_context(sandbox, meta)?;
         let lower = meta.lower_dirs.clone();
@@ -223,44 +216,17 @@ impl Runtime {
         .await
         .map_err(|e| Error::internal(format!("create task: {e}")))??;
         crate::failpoint!("container.create.rootfs");
-        let log_path = if meta.log_path.is_empty() {
-            PathBuf::from("/dev/null")
-        } else {
-            let p = PathBuf::from(&meta.log_path);
-            if let Some(dir) = p.parent() {
-                std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
-            }
-            p
-        };
-        let mut args = MonitorArgs::new(
-            &id,
-            &bundle,
-            &self.config.runtime,
-            self.layout.runc_root(),
-            log_path,
-            paths::exit_file(&meta.state_dir),
-        );
-        args.program = self.binary.clone();
-        args.stdin = meta.request.stdin;
-        args.stdin_once = meta.request.stdin_once;
-        args.tty = meta.request.tty;
-        args.systemd_cgroup = self.config.cgroup_driver == crate::config::CgroupDriver::Systemd;
-        let bundled = t0.elapsed();
-        let launched = self.launcher.launch(&args).await;
-        // `runc create` has copied the staged mounts into the container's mount namespace (or
-        // failed): the host's copies go now.
-        let stage = crate::oci::stage::stage_dir(&meta.state_dir);
-        tokio::task::spawn_blocking(move || crate::oci::stage::unstage(&stage))
-            .await
-            .map_err(|e| Error::internal(format!("unstage task: {e}")))??;
-        let launched = launched?;
+        // The monitor creates the log file at start; its directory is checked now.
+        let log_dir = Path::new(&meta.log_path).parent();
+        if let Some(dir) = log_dir.filter(|_| !meta.log_path.is_empty()) {
+            std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        }
         tracing::debug!(
             container = %id,
-            bundle_us = bundled.as_micros() as u64,
-            monitor_us = (t0.elapsed() - bundled).as_micros() as u64,
+            bundle_us = t0.elapsed().as_micros() as u64,
             "container built"
         );
-        Ok((launched, user))
+        Ok(user)
     }
 
     /// What the spec needs from the sandbox, including the pid-Target container's init.
@@ -339,49 +305,10 @@ impl Runtime {
         })
     }
 
-    /// StartContainer: `runc start`; a failure leaves the container EXITED with reason
-    /// StartError and runc's message, and is returned.
-    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
-        require_id("container", id)?;
-        let entry = self.container(id)?;
-        let id = entry.id().to_string();
-        let handle = self.handle(&id);
-        let _life = handle.lifecycle.lock().await;
-        let st = entry.status();
-        if st.state() != ContainerState::Created || st.removing {
-            return Err(Error::precondition(format!(
-                "container {id}: start: container is {:?}",
-                st.state()
-            )));
-        }
-        // Stamped before `runc start`: a process that exits at once is reaped (and its finish
-        // time recorded by the monitor) before `runc start` returns.
-        let started = now_ns();
-        crate::failpoint!("container.start.before-runc");
-        match self.runc.start(&id).await {
-            Ok(()) => {
-                crate::oci::runc::wait_exec(st.pid).await;
-                crate::failpoint!("container.start.runc-started");
-                entry.update(|s| s.start(started, st.pid))?;
-                crate::failpoint!("container.start.done");
-                handle.set_init(st.pid);
-                tracing::info!(container = %id, pid = st.pid, "container started");
-                self.emit(EventKind::Started, &id, &entry.meta().sandbox_id);
-                Ok(())
-            }
-            Err(e) => {
-                let msg = e.message().to_string();
-                let _ = entry.update(|s| s.fail_start(now_ns(), msg.clone()));
-                // The init may still sit in runc create: kill it so the monitor ends.
-                let _ = self.runc.delete(&id, true).await;
-                Err(e.with_kind(ErrorKind::Internal))
-            }
-        }
-    }
-
     /// RemoveContainer: kills it if running, then removes the runc state, the rootfs mount,
-    /// the bundle, the writable layer and the record. The log file stays (it is the
-    /// kubelet's). Idempotent; unknown ids succeed.
+    /// the bundle, the writable layer and the record (a created container has no process:
+    /// nothing to kill, no runc). The log file stays (it is the kubelet's). Idempotent;
+    /// unknown ids succeed.
     pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
         require_id("container", id)?;
         let Some(entry) = self.find_container(id)? else {
@@ -389,22 +316,32 @@ impl Runtime {
         };
         let id = entry.id().to_string();
         let handle = self.handle(&id);
-        if matches!(
-            entry.status().state(),
-            ContainerState::Running | ContainerState::Unknown
-        ) {
-            self.stop_container(&id, 0).await?;
-        }
-        if !handle.is_exited() {
-            // CREATED: the init waits inside `runc create`; deleting it ends the monitor.
-            let _ = self.runc.delete(&id, true).await;
-            let _ = tokio::time::timeout(Duration::from_secs(10), handle.exited()).await;
-        }
-        let _life = handle.lifecycle.lock().await;
-        if self.find_container(&id)?.is_none() {
-            // A concurrent remove got here first and finished.
-            return Ok(());
-        }
+        let _life = loop {
+            let st = entry.status();
+            if matches!(
+                st.state(),
+                ContainerState::Running | ContainerState::Unknown
+            ) {
+                self.stop_container(&id, 0).await?;
+            } else if st.state() == ContainerState::Created
+                && st.monitor_pid != 0
+                && !handle.is_exited()
+            {
+                // Created by a bosun before issue 13: its init waits inside `runc create`;
+                // deleting it ends the monitor. (Now a created container has no process.)
+                let _ = self.runc.delete(&id, true).await;
+                let _ = tokio::time::timeout(Duration::from_secs(10), handle.exited()).await;
+            }
+            let life = handle.lifecycle.lock().await;
+            if self.find_container(&id)?.is_none() {
+                // A concurrent remove got here first and finished.
+                return Ok(());
+            }
+            if entry.status().state() != ContainerState::Running {
+                break life;
+            }
+            // A StartContainer got the lock first: stop what it started.
+        };
         // No `removing` mark is written first: the exit is recorded, and the teardown below
         // is one rename per directory, each leaving a state that Remove (or recovery) takes
         // up again.
@@ -461,15 +398,17 @@ impl Runtime {
         );
     }
 
-    /// UpdateContainerResources: applies the limits with `runc update` (running or created
-    /// containers) and records them for ContainerStatus.
+    /// UpdateContainerResources: applies the limits with `runc update` to a running container,
+    /// or writes them into the bundle of a created one (its cgroup is made at start), and
+    /// records them for ContainerStatus.
     pub async fn update_container(self: &Arc<Self>, id: &str, resources: Resources) -> Result<()> {
         require_id("container", id)?;
         let entry = self.container(id)?;
         let id = entry.id().to_string();
         let handle = self.handle(&id);
         let _life = handle.lifecycle.lock().await;
-        let st = entry.status().state();
+        let status = entry.status();
+        let st = status.state();
         if !matches!(st, ContainerState::Created | ContainerState::Running) {
             return Err(Error::precondition(format!(
                 "container {id}: update resources: container is {st:?}"
@@ -478,11 +417,25 @@ impl Runtime {
         let cpus = crate::oci::resources::HostCpus::detect();
         crate::oci::resources::validate(&resources, Some(&cpus))
             .map_err(|e| e.context(format!("container {id}: update resources")))?;
-        let mut linux = oci_spec::runtime::LinuxResources::default();
-        crate::oci::resources::apply(&id, &resources, self.host.cgroup_support(), &mut linux)?;
-        let json = serde_json::to_value(&linux)
-            .map_err(|e| Error::internal(format!("container {id}: encode resources: {e}")))?;
-        self.runc.update(&id, &json).await?;
+        let support = self.host.cgroup_support();
+        if st == ContainerState::Created && status.monitor_pid == 0 {
+            let dir = entry.meta().state_dir.clone();
+            let (cid, r) = (id.clone(), resources.clone());
+            tokio::task::spawn_blocking(move || {
+                super::bundle::update_resources(&dir, |linux| {
+                    crate::oci::resources::apply(&cid, &r, support, linux)
+                })
+            })
+            .await
+            .map_err(|e| Error::internal(format!("update task: {e}")))?
+            .map_err(|e| e.context(format!("container {id}: update resources")))?;
+        } else {
+            let mut linux = oci_spec::runtime::LinuxResources::default();
+            crate::oci::resources::apply(&id, &resources, support, &mut linux)?;
+            let json = serde_json::to_value(&linux)
+                .map_err(|e| Error::internal(format!("container {id}: encode resources: {e}")))?;
+            self.runc.update(&id, &json).await?;
+        }
         entry.update(|s| {
             s.resources = Some(resources);
             Ok(())

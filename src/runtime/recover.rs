@@ -136,6 +136,7 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {
 /// | RUNNING/CREATED/UNKNOWN | yes     | any     | EXITED with the record's code, finish time, reason |
 /// | RUNNING             | no          | alive   | RUNNING, unchanged                                |
 /// | RUNNING             | no          | dead    | UNKNOWN: "monitor gone without an exit record"    |
+/// | CREATED, no monitor | no          | —       | CREATED, unchanged (issue 13: never started; the caller checks its bundle and a start the crash interrupted) |
 /// | CREATED             | no          | alive   | CREATED, unchanged (caller checks `runc state`)   |
 /// | CREATED             | no          | dead    | UNKNOWN: "monitor gone before start"              |
 /// | UNKNOWN             | no          | any     | unchanged (stays UNKNOWN)                          |
@@ -177,7 +178,7 @@ pub fn reconcile(
             );
             s.mark_unknown(msg);
         }
-        (ContainerState::Created, false) => {
+        (ContainerState::Created, false) if s.monitor_pid != 0 => {
             let msg = format!("monitor (pid {}) gone before start", s.monitor_pid);
             s.mark_unknown(msg);
         }

@@ -241,6 +241,12 @@ fn reconcile_matrix() {
     let s = reconcile(created(), None, false);
     assert_eq!(s.state(), ContainerState::Unknown);
     assert!(s.message.contains("before start"), "{}", s.message);
+    // CREATED with no monitor (issue 13: never started) + no record: still created.
+    let never = ContainerStatus::created(1);
+    assert_eq!(reconcile(never.clone(), None, false), never);
+    // ... + a record (a start the crash interrupted ran to its end): EXITED with its code.
+    let s = reconcile(never, Some(record(3, false)), false);
+    assert_eq!((s.state(), s.exit_code), (ContainerState::Exited, 3));
     // UNKNOWN (corrupt status) + record: the real exit code comes back.
     let s = reconcile(
         ContainerStatus::unreadable("corrupt"),

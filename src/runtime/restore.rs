@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
+use super::interrupted::unstartable;
 use super::meta::{ContainerMeta, SandboxMeta};
 use super::paths;
 use super::recover::{load_all, reconcile, Recovered};
 use super::service::Runtime;
-use super::status::{now_ns, ContainerState, SandboxState};
+use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
 use crate::oci::launch::read_exit;
 use crate::oci::ContainerExit;
 use crate::sandbox::PodNamespaces;
@@ -17,6 +18,12 @@ fn exit_record(meta: &ContainerMeta) -> Option<crate::monitor::exit_record::Exit
         ContainerExit::Recorded(r) => Some(r),
         ContainerExit::Unknown(_) => None,
     }
+}
+
+/// Whether `status` is that of a created container no StartContainer got to launch a monitor
+/// for (issue 13; a container created before it has one from its creation).
+fn never_started(status: &ContainerStatus) -> bool {
+    status.state() == ContainerState::Created && status.monitor_pid == 0
 }
 
 /// Whether `pid` is the monitor of container `id` (a recycled pid is not).
@@ -33,11 +40,6 @@ impl Runtime {
     pub(super) async fn recover(self: &Arc<Self>) {
         // First: no plugin of the previous daemon may still run when recovery's DEL does.
         self.network.recover().await;
-        let containers_dir = self.layout.volatile.join("containers");
-        let unstaged = crate::oci::stage::unstage_all(&containers_dir);
-        if unstaged > 0 {
-            tracing::warn!(unstaged, "recovery: detached mounts a creation left staged");
-        }
         // Removals a crash interrupted: their objects are gone already, their files go now.
         let trashed = self.trash.sweep();
         if trashed > 0 {
@@ -51,7 +53,12 @@ impl Runtime {
         for c in &mut recovered.containers {
             let record = exit_record(&c.meta);
             let alive = monitor_alive(c.status.monitor_pid, &c.id);
-            let reconciled = reconcile(c.status.clone(), record, alive);
+            let mut reconciled = reconcile(c.status.clone(), record, alive);
+            if never_started(&reconciled) {
+                if let Some(why) = unstartable(&reconciled, &c.meta) {
+                    reconciled.mark_unknown(why);
+                }
+            }
             if reconciled != c.status {
                 changed.insert(c.id.clone());
                 c.status = reconciled;
@@ -63,11 +70,13 @@ impl Runtime {
             tracing::warn!("recovery: {p}");
         }
         // Persist what reconciliation changed, watch live monitors, clean up exited ones.
+        let mut monitors: Option<std::collections::HashSet<String>> = None;
         for entry in self.state.containers.list(&Default::default()) {
             let id = entry.id().to_string();
             let mut status = entry.status();
             let alive = monitor_alive(status.monitor_pid, &id);
             if !alive
+                && !never_started(&status)
                 && matches!(
                     status.state(),
                     ContainerState::Running | ContainerState::Created
@@ -88,6 +97,17 @@ impl Runtime {
             }
             let handle = self.handle(&id);
             match status.state() {
+                ContainerState::Created if never_started(&status) => {
+                    let monitored = monitors
+                        .get_or_insert_with(|| {
+                            crate::oci::launch::running_monitors()
+                                .into_iter()
+                                .map(|(id, _)| id)
+                                .collect()
+                        })
+                        .contains(&id);
+                    self.settle_created(&entry, monitored).await;
+                }
                 ContainerState::Running | ContainerState::Created if alive => {
                     let mut state = status.state();
                     if state == ContainerState::Created && self.started_behind_our_back(&id).await {
@@ -112,6 +132,21 @@ impl Runtime {
                     self.delete_runc_state(&id).await;
                 }
             }
+        }
+        // Mounts staged for a container are needed until its `runc run`: those of containers
+        // still to be started stay, every other goes (a creation or start a crash cut short).
+        let waiting: std::collections::HashSet<String> = self
+            .state
+            .containers
+            .list(&Default::default())
+            .iter()
+            .filter(|e| never_started(&e.status()))
+            .map(|e| e.id().to_string())
+            .collect();
+        let containers_dir = self.layout.volatile.join("containers");
+        let unstaged = crate::oci::stage::unstage_all(&containers_dir, |id| !waiting.contains(id));
+        if unstaged > 0 {
+            tracing::warn!(unstaged, "recovery: detached mounts a creation left staged");
         }
         for entry in self.state.sandboxes.list(&Default::default()) {
             let id = entry.id().to_string();

@@ -43,6 +43,13 @@ pub fn remove_temps(dir: &Path) -> (usize, Vec<String>) {
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_synced(path, bytes)?;
+    sync_parent(path)
+}
+
+/// [`write_atomic`] but for the fsync of the directory, which the caller does once for
+/// several files written there (a new object's records: issue 13).
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
     let res = (|| -> Result<()> {
         let mut f = OpenOptions::new()
@@ -53,8 +60,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         f.write_all(bytes)
             .ctx(|| format!("write {}", tmp.display()))?;
         f.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
-        fs::rename(&tmp, path).ctx(|| format!("rename into {}", path.display()))?;
-        sync_parent(path)
+        fs::rename(&tmp, path).ctx(|| format!("rename into {}", path.display()))
     })();
     if res.is_err() {
         let _ = fs::remove_file(&tmp);

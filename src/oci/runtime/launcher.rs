@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use crate::error::Result;
 use crate::oci::launch::{launch_monitor, ContainerExit, ExitWatcher, Launched, MonitorArgs};
 
-/// Starts monitors (which create containers) and waits for containers to exit.
+/// Starts monitors (which run containers) and waits for containers to exit.
 #[tonic::async_trait]
 pub trait MonitorLauncher: Send + Sync {
     /// Starts `bosun monitor` for `args.id`; see [`launch_monitor`].

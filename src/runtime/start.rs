@@ -1,0 +1,160 @@
+//! StartContainer: the container's monitor is launched and runs `runc run --detach` on the bundle CreateContainer wrote.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::events::EventKind;
+use super::meta::ContainerEntry;
+use super::paths;
+use super::service::{require_id, Runtime};
+use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
+use crate::error::{Error, ErrorKind, Result};
+use crate::oci::{Launched, MonitorArgs};
+
+impl Runtime {
+    /// StartContainer: launches the container's monitor, which runs it (`runc run --detach`)
+    /// and reports its pids; returns once the init has exec'd the container's process. A
+    /// failure leaves the container EXITED with reason StartError and runc's message (exit
+    /// code 128, as containerd), nothing of the attempt behind, and is returned. The pod
+    /// must be ready (its namespaces are joined now).
+    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
+        require_id("container", id)?;
+        let entry = self.container(id)?;
+        let id = entry.id().to_string();
+        let sandbox = self.sandbox(&entry.meta().sandbox_id)?;
+        // A StopPodSandbox waits for this start (then kills what it started), never the
+        // reverse order with the container joining namespaces being torn down.
+        let pod_lock = self.sandbox_lock(sandbox.id());
+        let _pod = pod_lock.read().await;
+        let handle = self.handle(&id);
+        let _life = handle.lifecycle.lock().await;
+        let st = entry.status();
+        if st.state() != ContainerState::Created || st.removing {
+            return Err(Error::precondition(format!(
+                "container {id}: start: container is {:?}",
+                st.state()
+            )));
+        }
+        if st.monitor_pid != 0 {
+            return self.start_created_by_runc(&entry, &st).await;
+        }
+        let pod_state = sandbox.status().state();
+        if pod_state != SandboxState::Ready {
+            return Err(Error::precondition(format!(
+                "container {id}: start: its sandbox {} is {pod_state:?}, not ready",
+                sandbox.id()
+            )));
+        }
+        // Stamped before `runc run`: a process that exits at once is reaped (and its finish
+        // time recorded by the monitor) before the monitor reports.
+        let started = now_ns();
+        crate::failpoint!("container.start.before-runc");
+        let t0 = std::time::Instant::now();
+        let launched = self.run_monitor(&entry).await;
+        let launched = match launched {
+            Ok(l) => l,
+            Err(e) => {
+                let msg = e.message().to_string();
+                if let Err(w) = entry.update(|s| s.fail_start(now_ns(), msg.clone())) {
+                    tracing::warn!(container = %id, "record the failed start: {w}");
+                }
+                // Never runs now: whoever waits for its end may go on.
+                handle.set_exited();
+                // runc destroys what a failed `runc run` made; a monitor that did not report
+                // in time may still have it running.
+                if self.layout.runc_root().join(&id).exists() {
+                    if let Err(e) = self.runc.delete(&id, true).await {
+                        tracing::warn!(container = %id, "start failed: runc delete: {e}");
+                    }
+                }
+                return Err(e.with_kind(ErrorKind::Internal));
+            }
+        };
+        let monitor_us = t0.elapsed().as_micros() as u64;
+        crate::failpoint!("container.start.launched");
+        let pid = u32::try_from(launched.init_pid).unwrap_or(0);
+        crate::oci::runc::wait_exec(pid).await;
+        crate::failpoint!("container.start.runc-started");
+        let recorded = entry.update(|s| {
+            s.monitor_pid = u32::try_from(launched.monitor_pid).unwrap_or(0);
+            s.start(started, pid)
+        });
+        // The monitor records the exit whatever happens below.
+        self.watch_exit(&id, launched.monitor_pid);
+        if let Err(e) = recorded {
+            // Running, but not recorded as such: end it (its exit is recorded as it comes).
+            self.kill_all(&id).await;
+            return Err(e.context(format!("container {id}: start")));
+        }
+        crate::failpoint!("container.start.done");
+        handle.set_init(pid);
+        tracing::info!(
+            container = %id,
+            pid,
+            monitor_us,
+            total_us = t0.elapsed().as_micros() as u64,
+            "container started"
+        );
+        self.emit(EventKind::Started, &id, &entry.meta().sandbox_id);
+        Ok(())
+    }
+
+    /// Launches the monitor of created container `entry` (it runs the container and reports
+    /// its pids), then detaches the mounts staged for it on the host: runc has copied them
+    /// into the container's mount namespace, or failed.
+    async fn run_monitor(&self, entry: &ContainerEntry) -> Result<Launched> {
+        let meta = entry.meta();
+        let log_path = if meta.log_path.is_empty() {
+            PathBuf::from("/dev/null")
+        } else {
+            PathBuf::from(&meta.log_path)
+        };
+        let mut args = MonitorArgs::new(
+            entry.id(),
+            paths::bundle(&meta.state_dir),
+            &self.config.runtime,
+            self.layout.runc_root(),
+            log_path,
+            paths::exit_file(&meta.state_dir),
+        );
+        args.program = self.binary.clone();
+        args.stdin = meta.request.stdin;
+        args.stdin_once = meta.request.stdin_once;
+        args.tty = meta.request.tty;
+        args.systemd_cgroup = self.config.cgroup_driver == crate::config::CgroupDriver::Systemd;
+        let launched = self.launcher.launch(&args).await;
+        let stage = crate::oci::stage::stage_dir(&meta.state_dir);
+        tokio::task::spawn_blocking(move || crate::oci::stage::unstage(&stage))
+            .await
+            .map_err(|e| Error::internal(format!("unstage task: {e}")))??;
+        launched
+    }
+
+    /// StartContainer of a container created by a bosun before issue 13, whose monitor holds
+    /// its init inside `runc create`: `runc start` releases it.
+    async fn start_created_by_runc(
+        &self,
+        entry: &ContainerEntry,
+        st: &ContainerStatus,
+    ) -> Result<()> {
+        let id = entry.id();
+        let started = now_ns();
+        match self.runc.start(id).await {
+            Ok(()) => {
+                crate::oci::runc::wait_exec(st.pid).await;
+                entry.update(|s| s.start(started, st.pid))?;
+                self.handle(id).set_init(st.pid);
+                tracing::info!(container = %id, pid = st.pid, "container started");
+                self.emit(EventKind::Started, id, &entry.meta().sandbox_id);
+                Ok(())
+            }
+            Err(e) => {
+                let msg = e.message().to_string();
+                let _ = entry.update(|s| s.fail_start(now_ns(), msg.clone()));
+                // The init may still sit in runc create: kill it so the monitor ends.
+                let _ = self.runc.delete(id, true).await;
+                Err(e.with_kind(ErrorKind::Internal))
+            }
+        }
+    }
+}
