@@ -30,7 +30,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
         ),
         trial(
             "pod::config::host_users_false_strict_groups_and_recursive_read_only",
-            &[Need::Root, Need::Runc, Need::Images, Need::UserNamespaces],
+            &[Need::Root, Need::Runc, Need::Images, Need::TmpfsIdmap],
             users_and_mounts,
         ),
     ]

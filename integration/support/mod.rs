@@ -36,6 +36,8 @@ pub enum Need {
     /// User namespaces whose ID-mapped mounts work on /var/tmp (where test daemons keep their
     /// image stores): what Status's `user_namespaces` feature stands for.
     UserNamespaces,
+    /// [`Need::UserNamespaces`], and a tmpfs takes ID-mapped mounts too (Linux 6.3).
+    TmpfsIdmap,
     /// Loop devices, mkfs.ext4 and fsfreeze (a file system to freeze).
     Freeze,
     /// cgroup v1 (hybrid or legacy) with the cpu, memory and pids controllers.
@@ -63,6 +65,36 @@ fn userns_unsupported() -> Option<String> {
             Path::new("/var/tmp"),
         )
         .err()
+    })
+    .clone()
+}
+
+/// Why a tmpfs cannot be ID-mapped here (`None`: it can); probed once on a tmpfs below
+/// /var/tmp, like [`userns_unsupported`].
+fn tmpfs_idmap_unsupported() -> Option<String> {
+    static WHY: OnceLock<Option<String>> = OnceLock::new();
+    WHY.get_or_init(|| {
+        if let Some(why) = userns_unsupported() {
+            return Some(why);
+        }
+        let dir = match tempfile::Builder::new()
+            .prefix("bosun-it-idmap-")
+            .tempdir_in("/var/tmp")
+        {
+            Ok(dir) => dir,
+            Err(e) => return Some(format!("create a directory in /var/tmp: {e}")),
+        };
+        let tmpfs = match TmpfsBelow::new(dir.path()) {
+            Ok(tmpfs) => tmpfs,
+            Err(e) => return Some(e.to_string()),
+        };
+        let why = bosun::oci::features::probe_user_namespaces(
+            Path::new("/proc/self/exe"),
+            &tmpfs.dir.join("tmpfs"),
+        )
+        .err();
+        drop(tmpfs);
+        why
     })
     .clone()
 }
@@ -113,6 +145,8 @@ fn unmet(need: Need) -> Option<String> {
         )),
         Need::UserNamespaces => userns_unsupported()
             .map(|why| format!("needs user namespaces with ID-mapped mounts: {why}")),
+        Need::TmpfsIdmap => tmpfs_idmap_unsupported()
+            .map(|why| format!("needs ID-mapped mounts of a tmpfs (Linux 6.3): {why}")),
         Need::Freeze
             if !Path::new("/dev/loop-control").exists()
                 || !["/usr/sbin/mkfs.ext4", "/usr/sbin/fsfreeze", "/usr/bin/mount"]

@@ -374,6 +374,30 @@ pub fn mount_points_under(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The file system types a clone of the mount at `source` takes along (the one holding it and,
+/// when `recursive`, those mounted below it), each once, from /proc/self/mountinfo text.
+pub fn file_systems_of(source: &Path, recursive: bool, mountinfo: &str) -> Vec<String> {
+    let mut types: Vec<String> = Vec::new();
+    let holder = lookup_mount(source, mountinfo).map(|(point, _)| point);
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (Some(point), Some(sep)) = (fields.get(4), fields.iter().position(|f| *f == "-"))
+        else {
+            continue;
+        };
+        let Some(fstype) = fields.get(sep + 1) else {
+            continue;
+        };
+        let point = PathBuf::from(unescape(point));
+        let taken = holder.as_ref() == Some(&point)
+            || (recursive && point.starts_with(source) && point != source);
+        if taken && !types.iter().any(|t| t == fstype) {
+            types.push(fstype.to_string());
+        }
+    }
+    types
+}
+
 /// Reads /proc/self/mountinfo.
 pub fn read_mountinfo() -> Result<String> {
     std::fs::read_to_string("/proc/self/mountinfo")

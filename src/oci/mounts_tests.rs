@@ -367,3 +367,24 @@ fn lookup_mount_takes_the_longest_and_decodes_escapes() {
     assert_eq!(point, PathBuf::from("/mnt/with space"));
     assert!(lookup_mount(Path::new("/x"), "garbage line\n").is_none());
 }
+
+#[test]
+fn file_systems_of_a_clone_are_its_holders_and_recursively_those_below() {
+    let info = format!("{MOUNTINFO}40 22 0:40 / /srv/vol/sub rw - xfs /dev/sdb rw\n41 22 0:41 / /srv/volx rw - nfs h:/x rw\n");
+    assert_eq!(
+        file_systems_of(Path::new("/srv/vol"), false, &info),
+        ["ext4"]
+    );
+    assert_eq!(
+        file_systems_of(Path::new("/srv/vol"), true, &info),
+        ["ext4", "xfs"]
+    );
+    assert_eq!(
+        file_systems_of(Path::new("/mnt"), true, &info),
+        ["ext4", "tmpfs"]
+    );
+    assert_eq!(
+        file_systems_of(Path::new("/mnt/shared"), true, &info),
+        ["tmpfs"]
+    );
+}

@@ -99,7 +99,20 @@ pub fn clone_to(source: &Path, target: &Path, recursive: bool, attrs: &Attribute
             Some(libc::EINVAL) | Some(libc::EPERM) => ErrorKind::FailedPrecondition,
             _ => ErrorKind::Internal,
         };
-        Error::new(kind, format!("make {} {what}: {e}", source.display()))
+        // Which file system refused is not said; name those the clone holds.
+        let hint = match (e.raw_os_error(), attrs.idmap.is_some()) {
+            (Some(libc::EINVAL), true) => {
+                let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+                let (major, minor) = crate::oci::seccomp::host_kernel();
+                format!(
+                    " (file systems in it: {}; not every one can be ID-mapped on Linux \
+                     {major}.{minor}: tmpfs can from 6.3)",
+                    crate::oci::mounts::file_systems_of(source, recursive, &info).join(", ")
+                )
+            }
+            _ => String::new(),
+        };
+        Error::new(kind, format!("make {} {what}: {e}{hint}", source.display()))
     })?;
     mount_api::attach(tree.as_fd(), target).ctx(|| {
         format!(
