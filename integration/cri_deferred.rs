@@ -72,7 +72,7 @@ async fn created(rt: &mut Rt, id: &str) -> Result<pb::ContainerStatus> {
 
 /// CreateContainer starts no process (no monitor, no `runc init`, no cgroup: no memory);
 /// ContainerStatus/ListContainers say CREATED; StartContainer then runs it to its exit code
-/// with created <= started <= finished; RemoveContainer of a created one leaves nothing.
+/// with created <= started <= finished and clean signal dispositions; RemoveContainer of a created one leaves nothing.
 fn no_process_until_start() -> Result<()> {
     let d = cri::daemon()?;
     let busybox = cri::import(&d, "busybox")?;
@@ -86,7 +86,14 @@ fn no_process_until_start() -> Result<()> {
                 let c = cri::sh_config(&pod, &format!("idle-{i}"), &busybox, "exit 4");
                 ids.push(cri::create(&mut rt, &pod, &c).await?);
             }
-            let done = cri::sh_config(&pod, "done", &busybox, "echo done; exit 4");
+            // What the container's processes inherit from the chain that started them
+            // (daemon, monitor, runc): no ignored and no blocked signal.
+            let done = cri::sh_config(
+                &pod,
+                "done",
+                &busybox,
+                "echo done; grep -E 'SigIgn|SigBlk' /proc/self/status; exit 4",
+            );
             let id = cri::create(&mut rt, &pod, &done).await?;
             for c in ids.iter().chain([&id]) {
                 holds_nothing(&d, c)?;
@@ -117,7 +124,12 @@ fn no_process_until_start() -> Result<()> {
             );
             let log = cri::read_log(&pod.log_of(&done))?;
             ensure!(
-                cri::lines_of(&log, "stdout") == ["done"],
+                cri::lines_of(&log, "stdout")
+                    == [
+                        "done",
+                        "SigBlk:\t0000000000000000",
+                        "SigIgn:\t0000000000000000"
+                    ],
                 "log of the started container: {log:?}"
             );
 

@@ -86,6 +86,12 @@ use sync_pipe::SyncPipe;
 
 /// `bosun monitor ARGS…`: returns the process exit status (see the module docs).
 pub fn main(args: Vec<OsString>) -> i32 {
+    // The daemon starts us with posix_spawn (default signals, empty mask) except glibc's
+    // two internal signals, which its posix_spawn may leave ignored.
+    if let Err(e) = crate::sys::spawn::reset_glibc_signals() {
+        eprintln!("bosun monitor: reset signals: {e}");
+        return 1;
+    }
     let config = match args::parse(&args) {
         Ok(config) => config,
         Err(e) => {

@@ -5,9 +5,8 @@
 //! exits at once and is reaped here; the monitor reports `{"monitor_pid","init_pid"}` or
 //! `{"error"}` on a pipe given to it as fd 3, and writes the exit file when the init exits.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -15,7 +14,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitor::exit_record::ExitRecord;
-use crate::sys::{CommandExt, PidFd};
+use crate::sys::{vfork, PidFd};
 
 /// The descriptor number the sync pipe gets in the monitor.
 const SYNC_FD: i32 = 3;
@@ -137,19 +136,20 @@ pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
         None => std::env::current_exe()
             .map_err(|e| fail(ErrorKind::Internal, format!("current executable: {e}")))?,
     };
-    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| fail(ErrorKind::Internal, format!("pipe: {e}")))?;
-    let mut cmd = std::process::Command::new(&program);
-    cmd.args(args.argv())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .reset_signals()
-        .inherit_fd_as(write, SYNC_FD);
-    let mut cmd = tokio::process::Command::from(cmd);
-    cmd.kill_on_drop(true);
-    let spawned = cmd.spawn();
-    drop(cmd); // closes our copy of the pipe's write end: EOF once the monitor is done
+    let pipe = || {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| fail(ErrorKind::Internal, format!("pipe: {e}")))
+    };
+    let (read, write) = pipe()?;
+    let (err_read, err_write) = pipe()?;
+    // posix_spawn, not fork: nothing of the daemon is copied (issue 13).
+    let setup = vfork::Setup {
+        null: vec![0, 1],
+        dup: vec![(err_write.as_fd(), 2), (write.as_fd(), SYNC_FD)],
+    };
+    let spawned = vfork::spawn(&program, &args.argv(), &setup);
+    // Our copies of the write ends: EOF once the monitor (and what it forked) is done.
+    drop((write, err_write));
     let mut child = spawned.map_err(|e| {
         fail(
             ErrorKind::Internal,
@@ -161,7 +161,8 @@ pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
     // Both pipes are read while the process runs: a monitor that fails with a message longer
     // than a pipe buffer would otherwise block writing it while we wait for its exit (issue 16
     // item 7: CreateContainer stuck for the whole timeout with the pod's locks held).
-    let mut stderr = Box::pin(read_bounded(child.stderr.take(), STDERR_MAX));
+    let err_pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(err_read).ok();
+    let mut stderr = Box::pin(read_bounded(err_pipe, STDERR_MAX));
     let mut sync = Box::pin(read_line(read));
     let work = async {
         let (mut err_text, mut sync_line) = (None, None);

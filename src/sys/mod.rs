@@ -10,6 +10,7 @@ pub mod mount_api;
 pub mod pidfd;
 pub mod spawn;
 pub mod trim;
+pub mod vfork;
 
 pub use pidfd::PidFd;
 pub use spawn::CommandExt;

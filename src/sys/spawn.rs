@@ -70,6 +70,35 @@ fn reset_signals_now() -> io::Result<()> {
     Ok(())
 }
 
+/// Puts glibc's internal signals 32 and 33 back to their default action in the calling
+/// process: a program started by [`super::vfork::spawn`] may have them ignored (glibc's
+/// `posix_spawn` cannot reset them); everything else is default already.
+pub fn reset_glibc_signals() -> io::Result<()> {
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for sig in [32, 33] {
+        // SAFETY: as in `reset_signals_now`: a valid kernel sigaction installing SIG_DFL, a
+        // null old-action pointer, the 64-bit kernel sigset size.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                &default as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Child set-up for [`Command`]s the daemon spawns.
 pub trait CommandExt {
     /// In the child: every signal back to its default action and an empty signal mask.
