@@ -58,7 +58,11 @@ impl Leases {
         })
     }
 
-    /// Holds `chain_ids` for `owner` (replacing what it held).
+    /// Holds `chain_ids` for `owner` (replacing what it held). Written without fsync (2 of
+    /// a CreateContainer's fsyncs, issue 13): kill -9 keeps the page cache, and what a power
+    /// cut can lose is the lease of a container that cannot run again (after a reboot its
+    /// rootfs mount and bundle are gone: it is UNKNOWN or EXITED, and only its removal
+    /// remains, which needs no layer).
     pub fn hold(&self, owner: &str, chain_ids: &[Digest]) -> Result<()> {
         if !valid_owner(owner) {
             return Err(Error::invalid(format!(
@@ -66,7 +70,7 @@ impl Leases {
             )));
         }
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        atomic::write_json(&self.dir.join(format!("{owner}.json")), &chain_ids)?;
+        atomic::write_json_nosync(&self.dir.join(format!("{owner}.json")), &chain_ids)?;
         held.insert(owner.to_string(), chain_ids.to_vec());
         Ok(())
     }

@@ -138,17 +138,20 @@ impl<M: Meta, S: Status> Table<M, S> {
         let ctx = || format!("{} {id}: create", self.kind);
         fs::create_dir(&dir).ctx(ctx)?;
         status.set_version(1);
-        // Both files synced, then one fsync of the new directory for both renames and one of
-        // the kind directory for the new entry (4 fsyncs, not 5: issue 13). A crash before
-        // the last reads as a creation that never got its records (recovery removes or marks
-        // it UNKNOWN), and the call has not answered yet.
+        // The meta synced, the status not (as every later status update), then one fsync of
+        // the new directory for both renames and one of the kind directory for the new entry
+        // (3 fsyncs: issue 13). A crash before the last reads as a creation that never got its
+        // records (recovery removes or marks it UNKNOWN), and the call has not answered yet.
+        // Only a power cut can lose the first status (kill -9 keeps the page cache): recovery
+        // then finds the object without a readable status and reports it UNKNOWN, which is
+        // what a reboot makes of a created container or pod anyway (their bundles and
+        // namespaces are gone).
         let written = serde_json::to_vec_pretty(&meta)
             .map_err(Error::from)
             .and_then(|bytes| write_synced(&dir.join(META_FILE), &bytes))
             .and_then(|()| {
                 crate::failpoint!(format!("{}.create.meta-written", self.kind));
-                let bytes = serde_json::to_vec_pretty(&status)?;
-                write_synced(&dir.join(STATUS_FILE), &bytes)
+                write_json_nosync(&dir.join(STATUS_FILE), &status)
             })
             .and_then(|()| sync_dir(&dir))
             .and_then(|()| sync_dir(&self.dir));
