@@ -28,29 +28,9 @@ const MAX_SIGNAL: libc::c_int = 64;
 /// Only raw `rt_sigaction`/`rt_sigprocmask` system calls: async-signal-safe, and unlike
 /// glibc's wrappers they also reach glibc's internal signals 32 and 33.
 fn reset_signals_now() -> io::Result<()> {
-    let default = KernelSigaction {
-        handler: libc::SIG_DFL,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
     for sig in 1..=MAX_SIGNAL {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: `default` is a valid kernel sigaction installing SIG_DFL (no handler code);
-        // the old-action pointer is null and the size matches the 64-bit kernel sigset.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                sig,
-                &default as *const KernelSigaction,
-                std::ptr::null_mut::<KernelSigaction>(),
-                std::mem::size_of::<u64>(),
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            set_default_action(sig)?;
         }
     }
     let empty: u64 = 0;
@@ -74,27 +54,32 @@ fn reset_signals_now() -> io::Result<()> {
 /// process: a program started by [`super::vfork::spawn`] may have them ignored (glibc's
 /// `posix_spawn` cannot reset them); everything else is default already.
 pub fn reset_glibc_signals() -> io::Result<()> {
+    set_default_action(32)?;
+    set_default_action(33)
+}
+
+/// `sig`'s action back to SIG_DFL with a raw `rt_sigaction` (async-signal-safe; glibc's
+/// wrapper refuses its internal 32 and 33).
+fn set_default_action(sig: libc::c_int) -> io::Result<()> {
     let default = KernelSigaction {
         handler: libc::SIG_DFL,
         flags: 0,
         restorer: 0,
         mask: 0,
     };
-    for sig in [32, 33] {
-        // SAFETY: as in `reset_signals_now`: a valid kernel sigaction installing SIG_DFL, a
-        // null old-action pointer, the 64-bit kernel sigset size.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                sig,
-                &default as *const KernelSigaction,
-                std::ptr::null_mut::<KernelSigaction>(),
-                std::mem::size_of::<u64>(),
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+    // SAFETY: `default` is a valid kernel sigaction installing SIG_DFL (no handler code);
+    // the old-action pointer is null and the size matches the 64-bit kernel sigset.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            &default as *const KernelSigaction,
+            std::ptr::null_mut::<KernelSigaction>(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
