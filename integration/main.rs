@@ -20,6 +20,7 @@ mod cri_network;
 mod cri_pods;
 mod cri_recovery;
 mod cri_sessions;
+mod cri_spare;
 mod cri_stats;
 mod cri_stop;
 mod cri_streaming;
@@ -63,6 +64,7 @@ fn main() {
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_deferred::trials());
+    trials.extend(cri_spare::trials());
     trials.extend(cri_conform::trials());
     trials.extend(cri_deadline::trials());
     trials.extend(cri_stop::trials());

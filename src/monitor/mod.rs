@@ -13,6 +13,9 @@
 //!               [--stdin] [--stdin-once] [--tty] [--log-max-line BYTES]
 //! ```
 //!
+//! `bosun monitor --standby …` is a spare that receives these arguments on a pipe later
+//! ([`standby`]); it then runs exactly as if started with them.
+//!
 //! Dispatched at the top of `main` before any runtime or thread exists. Paths are absolute;
 //! `--runtime` may also be a bare name found in PATH; `--log-max-line` defaults to 16384
 //! (0: never cut). `--sync-fd` is an inherited descriptor (0–2 allowed: it is duplicated
@@ -69,6 +72,7 @@ pub mod oom;
 pub mod oom_watch;
 pub mod runc;
 pub mod signals;
+pub mod standby;
 pub mod supervise;
 pub mod sync_pipe;
 pub mod timestamp;
@@ -92,6 +96,19 @@ pub fn main(args: Vec<OsString>) -> i32 {
         eprintln!("bosun monitor: reset signals: {e}");
         return 1;
     }
+    // A spare started ahead of need: its arguments come later, on a pipe.
+    let args = if args.first().is_some_and(|a| a == standby::FLAG) {
+        match standby::wait_for_args() {
+            Ok(Some(args)) => args,
+            Ok(None) => return 0,
+            Err(e) => {
+                eprintln!("bosun monitor: {e}");
+                return 1;
+            }
+        }
+    } else {
+        args
+    };
     let config = match args::parse(&args) {
         Ok(config) => config,
         Err(e) => {

@@ -5,7 +5,7 @@
 //! exits at once and is reaped here; the monitor reports `{"monitor_pid","init_pid"}` or
 //! `{"error"}` on a pipe given to it as fd 3, and writes the exit file when the init exits.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,10 +14,9 @@ use tokio::io::AsyncReadExt;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitor::exit_record::ExitRecord;
-use crate::sys::{vfork, PidFd};
+use crate::oci::spare::{self, SpareSlot, Spawned, SYNC_FD};
+use crate::sys::PidFd;
 
-/// The descriptor number the sync pipe gets in the monitor.
-const SYNC_FD: i32 = 3;
 /// The longest sync message kept (the rest of a longer one is read and dropped).
 const SYNC_MAX: usize = 64 << 10;
 /// The most of the monitor's stderr kept for an error message (the rest is read and dropped).
@@ -84,9 +83,9 @@ impl MonitorArgs {
         }
     }
 
-    /// The command line after the program name.
+    /// The command line after `<program> monitor`.
     fn argv(&self) -> Vec<std::ffi::OsString> {
-        let mut argv: Vec<std::ffi::OsString> = vec!["monitor".into(), "--id".into()];
+        let mut argv: Vec<std::ffi::OsString> = vec!["--id".into()];
         argv.push(self.id.clone().into());
         for (flag, path) in [
             ("--bundle", &self.bundle),
@@ -127,6 +126,11 @@ pub struct Launched {
 /// Spawns the monitor for `args.id`, reaps the process that forks it, and returns the pids
 /// it reports; errors carry the monitor's message and name the container.
 pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
+    launch_with(args, None).await
+}
+
+/// [`launch_monitor`], through the spare in `slot` when it has one (see [`SpareSlot`]).
+pub async fn launch_with(args: &MonitorArgs, slot: Option<&SpareSlot>) -> Result<Launched> {
     let id = &args.id;
     let fail = |kind: ErrorKind, msg: String| {
         Error::new(kind, format!("container {id}: start monitor: {msg}"))
@@ -136,21 +140,17 @@ pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
         None => std::env::current_exe()
             .map_err(|e| fail(ErrorKind::Internal, format!("current executable: {e}")))?,
     };
-    let pipe = || {
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| fail(ErrorKind::Internal, format!("pipe: {e}")))
-    };
-    let (read, write) = pipe()?;
-    let (err_read, err_write) = pipe()?;
+    let argv = args.argv();
     // posix_spawn, not fork: nothing of the daemon is copied (issue 13).
-    let setup = vfork::Setup {
-        null: vec![0, 1],
-        dup: vec![(err_write.as_fd(), 2), (write.as_fd(), SYNC_FD)],
+    let spawned = match slot {
+        Some(slot) => slot.spawn(&program, &argv),
+        None => spare::spawn_monitor(&program, &argv),
     };
-    let spawned = vfork::spawn(&program, &args.argv(), &setup);
-    // Our copies of the write ends: EOF once the monitor (and what it forked) is done.
-    drop((write, err_write));
-    let mut child = spawned.map_err(|e| {
+    let Spawned {
+        mut child,
+        sync: read,
+        stderr: err_read,
+    } = spawned.map_err(|e| {
         fail(
             ErrorKind::Internal,
             format!("spawn {}: {e}", program.display()),
@@ -411,11 +411,7 @@ mod tests {
         a.log_max_line = Some(4096);
         a.systemd_cgroup = true;
         let argv = a.argv();
-        assert_eq!(
-            argv.first().map(|s| s.as_os_str()),
-            Some(std::ffi::OsStr::new("monitor"))
-        );
-        let c = crate::monitor::args::parse(&argv[1..]).expect("the monitor accepts our argv");
+        let c = crate::monitor::args::parse(&argv).expect("the monitor accepts our argv");
         assert_eq!(c.id, a.id);
         assert_eq!(c.bundle, a.bundle);
         assert_eq!(c.runtime, a.runtime);

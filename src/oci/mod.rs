@@ -20,6 +20,7 @@ mod runc_delete;
 pub mod runtime;
 pub mod seccomp;
 mod security;
+pub mod spare;
 pub mod spec;
 pub mod stage;
 mod user;

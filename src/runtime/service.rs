@@ -82,7 +82,7 @@ impl Runtime {
             config,
             images,
             Arc::new(runc),
-            Arc::new(ProcessLauncher),
+            Arc::new(ProcessLauncher::default()),
             host,
             Arc::new(network),
         )?;

@@ -6,26 +6,36 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use crate::error::Result;
-use crate::oci::launch::{launch_monitor, ContainerExit, ExitWatcher, Launched, MonitorArgs};
+use crate::oci::launch::{launch_with, ContainerExit, ExitWatcher, Launched, MonitorArgs};
+use crate::oci::spare::SpareSlot;
 
 /// Starts monitors (which run containers) and waits for containers to exit.
 #[tonic::async_trait]
 pub trait MonitorLauncher: Send + Sync {
-    /// Starts `bosun monitor` for `args.id`; see [`launch_monitor`].
+    /// Starts `bosun monitor` for `args.id`; see [`crate::oci::launch_monitor`].
     async fn launch(&self, args: &MonitorArgs) -> Result<Launched>;
     /// Resolves when the container watched by `monitor_pid` has exited; see [`ExitWatcher`].
     /// Works for monitors started before a daemon restart.
     async fn wait_exit(&self, id: &str, monitor_pid: i32, exit_file: &Path) -> ContainerExit;
 }
 
-/// The real launcher: spawns processes, watches pidfds.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProcessLauncher;
+/// The real launcher: spawns processes (keeping a spare monitor ready), watches pidfds.
+#[derive(Debug, Default)]
+pub struct ProcessLauncher {
+    spare: SpareSlot,
+}
+
+impl ProcessLauncher {
+    /// The pid of the spare monitor waiting for the next launch, if one does.
+    pub fn spare_pid(&self) -> Option<i32> {
+        self.spare.spare_pid()
+    }
+}
 
 #[tonic::async_trait]
 impl MonitorLauncher for ProcessLauncher {
     async fn launch(&self, args: &MonitorArgs) -> Result<Launched> {
-        launch_monitor(args).await
+        launch_with(args, Some(&self.spare)).await
     }
 
     async fn wait_exit(&self, id: &str, monitor_pid: i32, exit_file: &Path) -> ContainerExit {

@@ -1,0 +1,158 @@
+//! Spawning a monitor process, and keeping one spare (`bosun monitor --standby`) ready for the next StartContainer.
+//!
+//! A monitor's exec and start-up take ~2 ms (loader, relocations, Rust runtime); a spare has
+//! done them before the call, which hands it the container's arguments on a pipe instead
+//! (issue 13). The slot holds at most one spare, for one program; a launch takes it when its
+//! arguments fit the spare's command line ([`standby::fits`]) and spawns a new one after.
+//! A spare that died or was never made costs nothing but the spawn the call does itself.
+//! The spare is our child: dropped, it is killed and reaped; when the daemon dies, its
+//! argument pipe reads EOF and it exits.
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::monitor::standby;
+use crate::sys::vfork;
+
+/// The descriptor number the sync pipe gets in the monitor.
+pub const SYNC_FD: i32 = 3;
+
+/// A spawned monitor process with the read ends of its sync pipe and stderr.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The process (it forks the monitor proper and exits).
+    pub child: vfork::Child,
+    /// The sync pipe's read end: the report line.
+    pub sync: OwnedFd,
+    /// Its stderr's read end.
+    pub stderr: OwnedFd,
+}
+
+/// Spawns `program monitor <args>` with the sync pipe on fd 3 and stderr on a pipe, and the
+/// argument pipe's read end on fd 4 when `args_pipe` is given.
+fn spawn(
+    program: &Path,
+    args: &[OsString],
+    args_pipe: Option<&OwnedFd>,
+) -> std::io::Result<Spawned> {
+    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
+    let (sync, sync_write) = pipe()?;
+    let (stderr, err_write) = pipe()?;
+    let mut dup = vec![(err_write.as_fd(), 2), (sync_write.as_fd(), SYNC_FD)];
+    if let Some(fd) = args_pipe {
+        dup.push((fd.as_fd(), standby::ARGS_FD));
+    }
+    let setup = vfork::Setup {
+        null: vec![0, 1],
+        dup,
+    };
+    let mut argv: Vec<OsString> = vec!["monitor".into()];
+    argv.extend(args.iter().cloned());
+    // Our copies of the write ends close when this returns: EOF once the monitor is done.
+    let child = vfork::spawn(program, &argv, &setup)?;
+    Ok(Spawned {
+        child,
+        sync,
+        stderr,
+    })
+}
+
+/// Spawns `program monitor <args>`: the cold path, when no spare fits.
+pub fn spawn_monitor(program: &Path, args: &[OsString]) -> std::io::Result<Spawned> {
+    spawn(program, args, None)
+}
+
+/// A monitor waiting for its arguments.
+#[derive(Debug)]
+struct Spare {
+    program: PathBuf,
+    spawned: Spawned,
+    args: OwnedFd,
+}
+
+impl Spare {
+    fn start(program: &Path) -> std::io::Result<Spare> {
+        let (read, args) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let spawned = spawn(program, &standby::placeholder(), Some(&read))?;
+        Ok(Spare {
+            program: program.to_path_buf(),
+            spawned,
+            args,
+        })
+    }
+
+    /// Gives the spare its arguments; an error (it died: EPIPE) drops it, killed and reaped.
+    fn hand_over(self, args: &[OsString]) -> std::io::Result<Spawned> {
+        let bytes = standby::encode(args);
+        // Never blocks: at most ROOM bytes into an empty pipe (64 KiB).
+        let mut done = 0;
+        while done < bytes.len() {
+            done += rustix::io::write(&self.args, &bytes[done..])?;
+        }
+        // Dropping the write end is the spare's EOF.
+        Ok(self.spawned)
+    }
+}
+
+/// At most one spare monitor.
+#[derive(Debug, Default)]
+pub struct SpareSlot(Mutex<Option<Spare>>);
+
+impl SpareSlot {
+    /// Spawns `program monitor <args>`, through the spare when there is one for `program`
+    /// and the arguments fit it; then makes a new spare if the slot is empty.
+    pub fn spawn(&self, program: &Path, args: &[OsString]) -> std::io::Result<Spawned> {
+        // A spare that cannot take these arguments stays for the next launch.
+        let spare = standby::fits(args).then(|| self.take(program)).flatten();
+        let spawned = match spare.map(|s| s.hand_over(args)) {
+            Some(Ok(spawned)) => spawned,
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "spare monitor gone: spawning one");
+                spawn_monitor(program, args)?
+            }
+            None => spawn_monitor(program, args)?,
+        };
+        self.refill(program);
+        Ok(spawned)
+    }
+
+    fn take(&self, program: &Path) -> Option<Spare> {
+        let mut slot = self.lock();
+        match slot.take() {
+            Some(s) if s.program == program => Some(s),
+            other => {
+                // Another program's spare stays for its own launches.
+                *slot = other;
+                None
+            }
+        }
+    }
+
+    /// Makes a spare for `program` unless the slot holds one.
+    fn refill(&self, program: &Path) {
+        if self.lock().is_some() {
+            return;
+        }
+        // Spawned without the lock: a concurrent launch does not wait for it.
+        match Spare::start(program) {
+            Ok(spare) => {
+                let mut slot = self.lock();
+                if slot.is_none() {
+                    *slot = Some(spare);
+                } // else another launch refilled it first: this one is dropped (killed, reaped)
+            }
+            Err(e) => tracing::warn!(error = %e, "no spare monitor"),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Spare>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pid of the spare, if one waits.
+    pub fn spare_pid(&self) -> Option<i32> {
+        self.lock().as_ref().map(|s| s.spawned.child.id())
+    }
+}
