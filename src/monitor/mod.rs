@@ -206,6 +206,9 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
             )))
         }
     }
+    // The daemon is told first: what follows cannot fail the start (each is optional), and
+    // an exit meanwhile waits in the signalfd for the loop below.
+    sync.ready(me, init);
     // The process runs already (and may have been OOM-killed): the cgroup `runc run` just
     // made counts from zero, which is the baseline, not what it reads now.
     let mut oom = OomCounter::for_bundle(&config.bundle, &config.id)
@@ -213,7 +216,6 @@ fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
         .map(OomWatch::start_new);
     // Before the trim below: the JSON parse must not pull its pages back in afterwards.
     let leftovers = leftovers::Leftovers::for_container(config);
-    sync.ready(me, init);
     crate::sys::trim::shed_startup_pages();
 
     let exit = supervise::run(
