@@ -139,8 +139,24 @@ pub fn unmount(target: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Whether `target` is a mount point (per /proc/self/mountinfo).
+/// Whether `target` is a mount point: statx's mount-root attribute (Linux 5.8), one syscall;
+/// on older kernels /proc/self/mountinfo, which grows with every container on the node (a
+/// scan of it made each CreateContainer slower than the one before, issue 13).
 pub fn is_mounted(target: &Path) -> bool {
+    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags, CWD};
+    let flags = AtFlags::NO_AUTOMOUNT | AtFlags::SYMLINK_NOFOLLOW;
+    match rustix::fs::statx(CWD, target, flags, StatxFlags::empty()) {
+        Ok(st) if st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) => {
+            st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)
+        }
+        Ok(_) | Err(rustix::io::Errno::NOSYS) => is_listed_mount(target),
+        // Missing or not reachable: nothing is mounted there.
+        Err(_) => false,
+    }
+}
+
+/// Whether /proc/self/mountinfo lists `target` as a mount point.
+fn is_listed_mount(target: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
@@ -178,6 +194,23 @@ mod tests {
     fn option_values_are_escaped() {
         assert_eq!(escape("/a,b:c\\d"), "/a\\,b\\:c\\\\d");
         assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+    }
+
+    #[test]
+    fn mount_points_are_told_apart_from_plain_directories() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (path, want) in [
+            (Path::new("/proc"), true),
+            (Path::new("/"), true),
+            (dir.path(), false),
+            (Path::new("/proc/self"), false),
+            (Path::new("/nonexistent/x"), false),
+        ] {
+            assert_eq!(is_mounted(path), want, "{}", path.display());
+            if path.exists() {
+                assert_eq!(is_listed_mount(path), want, "mountinfo: {}", path.display());
+            }
+        }
     }
 
     #[test]
