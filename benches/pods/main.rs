@@ -357,13 +357,17 @@ fn header(opts: &Opts, cni: bool) -> String {
         "Create+Start is CreateContainer + StartContainer of busybox `sleep 3600`; the bare runc \
          baseline is `runc run --detach` of a hand-written bundle (busybox unpacked in a plain \
          directory, no overlay; new pid/mount/ipc/uts namespaces, host network; own cgroup), \
-         timed in the same phase as each runtime's Create+Start."
+         interleaved with each runtime's Create+Start: every sample of it is followed by one bare \
+         run (for bosun also one of its own config.json), so changes of load hit the series \
+         alike, and each sample starts after a sync and 0.5 s of quiet."
             .to_string(),
         "KILL lateness (TERM-ignoring container, StopContainer timeout 1 s): how far past call \
          start + 1 s StopContainer returned / ContainerStatus first showed EXITED (polled \
          back-to-back after the return) / the status's finished_at lies. Per-pod memory: \
          (daemon growth since before the pods + all per-pod helper processes) ÷ pods, from \
-         /proc/PID/smaps_rollup; container processes themselves are not counted."
+         /proc/PID/smaps_rollup; container processes themselves are not counted. bosun's spare \
+         monitor (one per daemon, spawned by a StartContainer to serve the next one) has a row of \
+         its own."
             .to_string(),
     ]
     .join("\n\n")

@@ -77,42 +77,44 @@ pub async fn latency(
     }
     p50_p95(report, d, &format!("RunPodSandbox{net}"), &run);
 
-    settle().await;
+    // Interleaved: each Create+Start is followed by a bare `runc run` (and for bosun one of
+    // its own config.json), so a change of load on the machine hits every series alike; and
+    // each sample starts settled (sync, 0.5 s), not in the wake of the one before (a bare
+    // run's container is deleted right after it: its teardown would slow whatever is next).
     let (mut create, mut start, mut both) = (Vec::new(), Vec::new(), Vec::new());
-    let mut first = None;
+    let (mut bare, mut same) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    // The comparison: runc run of the very bundle bosun wrote (its config.json, same
+    // namespaces joined, same mounts, devices, cgroup settings), busybox as the root.
+    let mut same_config: Option<serde_json::Value> = None;
     for pod in &pods {
+        settle().await;
         let (id, c) = cri.create(pod, "sleep", &SLEEP).await?;
         let s = cri.start(&id).await?;
         create.push(ms(c));
         start.push(ms(s));
         both.push(ms(c + s));
-        first.get_or_insert(id);
+        if d.kind == Kind::Bosun && same_config.is_none() {
+            let path = d
+                .dir()
+                .join("state/containers")
+                .join(&id)
+                .join("bundle/config.json");
+            same_config = Some(serde_json::from_slice(&std::fs::read(&path)?)?);
+        }
+        settle().await;
+        bare.push(ms(bundle.run_once()?));
+        if let Some(config) = &same_config {
+            settle().await;
+            same.push(ms(bundle.run_config_once(config)?));
+        }
     }
     p50_p95(report, d, "CreateContainer", &create);
     p50_p95(report, d, "StartContainer", &start);
     p50_p95(report, d, "CreateContainer+StartContainer", &both);
-
-    settle().await;
-    let mut bare = Vec::with_capacity(n);
-    for _ in 0..n {
-        bare.push(ms(bundle.run_once()?));
-    }
     p50_p95(report, d, BARE_ROW, &bare);
     let ratio = percentile(&both, 0.5) / percentile(&bare, 0.5);
     report.record("Create+Start ÷ bare runc run (p50)", Unit::X, d.kind, ratio);
-    // The comparison: runc run of the very bundle bosun wrote (its config.json, same
-    // namespaces joined, same mounts, devices, cgroup settings), busybox as the root.
-    if let (Kind::Bosun, Some(id)) = (d.kind, first) {
-        let path = d
-            .dir()
-            .join("state/containers")
-            .join(&id)
-            .join("bundle/config.json");
-        let config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
-        let mut same = Vec::with_capacity(n);
-        for _ in 0..n {
-            same.push(ms(bundle.run_config_once(&config)?));
-        }
+    if !same.is_empty() {
         p50_p95(report, d, SAME_BUNDLE_ROW, &same);
         let ratio = percentile(&both, 0.5) / percentile(&same, 0.5);
         report.record(SAME_BUNDLE_RATIO, Unit::X, d.kind, ratio);
@@ -301,6 +303,25 @@ pub async fn memory(
                 found.len()
             ));
         }
+    }
+    if d.kind == Kind::Bosun {
+        // Not in the per-pod figures: one per daemon, made by its first StartContainer.
+        let mut spare = RssPss::default();
+        for pid in procs::spares(d.pid()) {
+            spare += procs::rss_pss(pid).unwrap_or_default();
+        }
+        report.record(
+            "spare monitor (one per daemon): RSS",
+            Unit::MiB,
+            d.kind,
+            spare.rss / MIB,
+        );
+        report.record(
+            "spare monitor (one per daemon): PSS",
+            Unit::MiB,
+            d.kind,
+            spare.pss / MIB,
+        );
     }
     let t = Instant::now();
     cri.remove_all().await?;

@@ -136,6 +136,20 @@ pub fn helpers(kind: Kind, dir: &Path, daemon: u32) -> BTreeMap<u32, String> {
     found
 }
 
+/// bosun's spare monitors: children of `daemon` running `bosun monitor --standby`, which
+/// wait for the next StartContainer (one per daemon, not per pod).
+pub fn spares(daemon: u32) -> Vec<u32> {
+    pids()
+        .into_iter()
+        .filter(|p| ppid(*p) == Some(daemon))
+        .filter(|p| {
+            cmdline(*p)
+                .get(1..3)
+                .is_some_and(|a| a == ["monitor", "--standby"])
+        })
+        .collect()
+}
+
 /// Mount points at or below `dir`, deepest first (from /proc/self/mountinfo).
 pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = mount_points()
