@@ -150,9 +150,4 @@ impl SpareSlot {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Spare>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
-
-    /// The pid of the spare, if one waits.
-    pub fn spare_pid(&self) -> Option<i32> {
-        self.lock().as_ref().map(|s| s.spawned.child.id())
-    }
 }

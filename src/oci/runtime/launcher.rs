@@ -25,13 +25,6 @@ pub struct ProcessLauncher {
     spare: SpareSlot,
 }
 
-impl ProcessLauncher {
-    /// The pid of the spare monitor waiting for the next launch, if one does.
-    pub fn spare_pid(&self) -> Option<i32> {
-        self.spare.spare_pid()
-    }
-}
-
 #[tonic::async_trait]
 impl MonitorLauncher for ProcessLauncher {
     async fn launch(&self, args: &MonitorArgs) -> Result<Launched> {
