@@ -79,16 +79,18 @@ pub fn wait_for_args() -> Result<Option<Vec<OsString>>> {
     let args = decode(&bytes)?;
     if let Err(e) = retitle(&args) {
         // Not identifiable by its command line as it is: become a monitor the slow way.
-        let exe = std::env::current_exe().map_err(|e2| {
-            Error::msg(format!("--standby: rename ({e}); current executable: {e2}"))
-        })?;
-        let err = std::process::Command::new(exe)
+        let fail = |what: String| {
+            Error::msg(format!(
+                "--standby: command line not rewritten ({e}), and {what}"
+            ))
+        };
+        let exe = std::env::current_exe()
+            .map_err(|e2| fail(format!("no current executable to re-exec: {e2}")))?;
+        let err = std::process::Command::new(&exe)
             .arg("monitor")
             .args(&args)
             .exec();
-        return Err(Error::msg(format!(
-            "--standby: rename ({e}); re-exec: {err}"
-        )));
+        return Err(fail(format!("re-exec of {} failed: {err}", exe.display())));
     }
     Ok(Some(args))
 }
