@@ -199,6 +199,11 @@ impl AttachServer {
         self.clients.len()
     }
 
+    /// Whether output read from the container still waits in some client's queue.
+    pub fn lagging(&self) -> bool {
+        self.clients.iter().any(|c| !c.queue.is_empty())
+    }
+
     /// Adds the listener, the clients (readable: only while no stdin is backed up; writable:
     /// while output waits in their queue) and, with stdin backed up, the container's stdin
     /// (writable) to the poll set.

@@ -35,8 +35,8 @@ pub struct InitExit {
     pub at: SystemTime,
 }
 
-/// Runs until the init `init` has exited and its output is drained (EOF on every stream, or
-/// [`DRAIN`] after the exit). When the init exits, what is readable is read at once; if some
+/// Runs until the init `init` has exited and its output is drained (EOF on every stream and
+/// every attach client's queue sent, or [`DRAIN`] after the exit). When the init exits, what is readable is read at once; if some
 /// stream is still held open and the container shares a pid namespace, its `leftovers` are
 /// killed then, so the exit is recorded without waiting for them (issue 12). Reopens the log
 /// on SIGUSR1 or an attach client's request; reaps every child (we are the subreaper:
@@ -57,7 +57,10 @@ pub fn run(
     loop {
         if let Some((exit, deadline)) = exited {
             let open = io.outputs.iter().any(|o| o.fd.is_some());
-            if !open || Instant::now() >= deadline {
+            // Output already read but queued for a lagging attach client is sent too (within
+            // the same limit): the client would lose the container's last output otherwise.
+            let queued = attach.as_deref().is_some_and(AttachServer::lagging);
+            if (!open && !queued) || Instant::now() >= deadline {
                 for output in &mut io.outputs {
                     output.splitter.finish(log);
                     output.fd = None;
