@@ -13,13 +13,25 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     )]
 }
 
-/// The live spare monitors the daemon `daemon` spawned (its children running
-/// `bosun monitor --standby`).
+/// The live spare monitors of daemon `daemon`: processes running `bosun monitor --standby`
+/// whose argument pipe (fd 4) the daemon holds the other end of. A spare forks away at once,
+/// so it is no child of the daemon.
 fn spares_of(daemon: i32) -> Vec<i32> {
+    let held: Vec<_> = std::fs::read_dir(format!("/proc/{daemon}/fd"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .collect()
+        })
+        .unwrap_or_default();
     cri::pids()
         .into_iter()
-        .filter(|p| cri::proc_state(*p).is_some_and(|(s, ppid)| s != 'Z' && ppid == daemon))
+        .filter(|p| live(*p))
         .filter(|p| cri::cmdline(*p).get(1..3) == Some(&["monitor".into(), "--standby".into()]))
+        .filter(|p| {
+            std::fs::read_link(format!("/proc/{p}/fd/4"))
+                .is_ok_and(|l| l.to_string_lossy().starts_with("pipe:") && held.contains(&l))
+        })
         .collect()
 }
 
@@ -38,8 +50,9 @@ fn one_spare(daemon: i32) -> Result<i32> {
     Ok(got[0])
 }
 
-/// A first start leaves one spare behind; the next start uses it (it is reaped, another takes
-/// its place) and its monitor shows `monitor --id <id> …` like a spawned one; a start whose
+/// A first start leaves one spare behind; the next start uses it (the spare becomes its
+/// monitor, no child of the daemon, and another spare takes its place) and the monitor shows
+/// `monitor --id <id> …` like a spawned one; a start whose
 /// command line cannot fit the spare's (a 2.3 KB log path) spawns its own and leaves the spare
 /// alone. kill -9 of the daemon: its spare exits; the restarted daemon stops the containers
 /// the spare-born monitors run, with the exit codes they record.
@@ -63,12 +76,16 @@ fn spare_monitor() -> Result<()> {
             let second = cri::sh_config(&pod, "second", &busybox, trap);
             logs.push(pod.log_of(&second));
             let second = cri::create_start(&mut rt, &pod, &second).await?;
-            ensure!(
-                wait_until(5, || !live(spare)),
-                "the spare {spare} still waits after a start"
-            );
+            // The spare became the second container's monitor, in place.
             let monitors = cri::monitors_of(&second);
-            ensure!(monitors.len() == 1, "monitors of {second}: {monitors:?}");
+            ensure!(
+                monitors == [spare],
+                "monitors of {second}: {monitors:?}, the spare was {spare}"
+            );
+            ensure!(
+                cri::proc_state(spare).is_some_and(|(_, ppid)| ppid != daemon),
+                "the spare {spare} is still the daemon's child"
+            );
             let argv = cri::cmdline(monitors[0]);
             ensure!(
                 argv.iter().any(|a| a == "--bundle") && argv.iter().any(|a| a == "--exit-file"),

@@ -136,18 +136,32 @@ pub fn helpers(kind: Kind, dir: &Path, daemon: u32) -> BTreeMap<u32, String> {
     found
 }
 
-/// bosun's spare monitors: children of `daemon` running `bosun monitor --standby`, which
-/// wait for the next StartContainer (one per daemon, not per pod).
+/// bosun's spare monitors: processes running `bosun monitor --standby` whose argument pipe
+/// (fd 4) `daemon` holds the write end of; they wait for the next StartContainer (one per
+/// daemon, not per pod). A spare forks away at once, so it is no child of the daemon.
 pub fn spares(daemon: u32) -> Vec<u32> {
+    let pipes = held_pipes(daemon);
     pids()
         .into_iter()
-        .filter(|p| ppid(*p) == Some(daemon))
         .filter(|p| {
             cmdline(*p)
                 .get(1..3)
                 .is_some_and(|a| a == ["monitor", "--standby"])
         })
+        .filter(|p| std::fs::read_link(format!("/proc/{p}/fd/4")).is_ok_and(|l| pipes.contains(&l)))
         .collect()
+}
+
+/// The pipes among `pid`'s open descriptors (their `pipe:[inode]` links).
+fn held_pipes(pid: u32) -> Vec<PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter(|l| l.to_string_lossy().starts_with("pipe:"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Mount points at or below `dir`, deepest first (from /proc/self/mountinfo).

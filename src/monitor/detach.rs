@@ -1,4 +1,4 @@
-//! Becoming the monitor: keep the sync fd, drop inherited fds, fork away, new session, subreaper.
+//! Becoming the monitor: keep the sync fd, drop inherited fds, fork away, new session, subreaper, quiet stdio.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -75,11 +75,22 @@ pub fn fork() -> Result<Side> {
 }
 
 /// In the forked child: a session of its own (no terminal, no signals aimed at the daemon's
-/// process group), the subreaper of everything the container leaves behind, stdio on
-/// /dev/null, cwd `/`, SIGPIPE ignored (a gone daemon must not kill us on the sync pipe).
-pub fn become_monitor() -> Result<()> {
+/// process group), the subreaper of everything the container leaves behind, cwd `/`, SIGPIPE
+/// ignored (a gone daemon must not kill us on the sync pipe). A spare does this before its
+/// arguments come, and [`quiet_stdio`] after.
+pub fn new_session() -> Result<()> {
     setsid().context("setsid")?;
     set_child_subreaper(Some(getpid())).context("prctl(PR_SET_CHILD_SUBREAPER)")?;
+    std::env::set_current_dir("/").context("chdir /")?;
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code.
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(Error::msg("ignore SIGPIPE"));
+    }
+    Ok(())
+}
+
+/// stdin, stdout and stderr on /dev/null: from here on failures go to the sync pipe only.
+pub fn quiet_stdio() -> Result<()> {
     let null = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -88,10 +99,5 @@ pub fn become_monitor() -> Result<()> {
     rustix::stdio::dup2_stdin(&null).context("stdin to /dev/null")?;
     rustix::stdio::dup2_stdout(&null).context("stdout to /dev/null")?;
     rustix::stdio::dup2_stderr(&null).context("stderr to /dev/null")?;
-    std::env::set_current_dir("/").context("chdir /")?;
-    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code.
-    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_ERR {
-        return Err(Error::msg("ignore SIGPIPE"));
-    }
     Ok(())
 }

@@ -23,10 +23,12 @@
 //!
 //! 1. Bad arguments: a message on stderr, exit status 2. Other failures before the fork
 //!    (sync fd not open, log file not creatable, bundle missing): stderr, `{"error": …}` on
-//!    the sync fd when it is usable, exit status 1.
+//!    the sync fd when it is usable, exit status 1. (A spare is not the daemon's child when
+//!    it fails: the daemon reads its stderr once the sync pipe ends without a report.)
 //! 2. It forks once; the process the daemon spawned exits 0 at once (the daemon reaps it),
 //!    so the monitor is not the daemon's child. The monitor: `setsid`, child subreaper,
-//!    stdio on /dev/null, cwd `/`, SIGPIPE ignored, SIGCHLD/SIGUSR1 via a signalfd.
+//!    cwd `/`, SIGPIPE ignored, stdio on /dev/null, SIGCHLD/SIGUSR1 via a signalfd. A spare
+//!    has forked and made its session before its arguments came: it goes straight on.
 //! 3. It runs `<runtime> --root R --log <bundle>/runc.log --log-format json run --detach
 //!    --bundle B --pid-file <bundle>/init.pid [--console-socket console.sock] ID` in the
 //!    bundle directory, with pipes as the container's stdout/stderr (and stdin with
@@ -96,11 +98,19 @@ pub fn main(args: Vec<OsString>) -> i32 {
         eprintln!("bosun monitor: reset signals: {e}");
         return 1;
     }
-    // A spare started ahead of need: its arguments come later, on a pipe.
-    let args = if args.first().is_some_and(|a| a == standby::FLAG) {
-        match standby::wait_for_args() {
-            Ok(Some(args)) => args,
-            Ok(None) => return 0,
+    // A spare started ahead of need forks away now, off StartContainer's path; its
+    // arguments come later, on a pipe.
+    let detached = args.first().is_some_and(|a| a == standby::FLAG);
+    let args = if detached {
+        let waited = detach::fork().and_then(|side| match side {
+            detach::Side::Parent => Ok(None),
+            detach::Side::Child => detach::new_session()
+                .and_then(|()| standby::wait_for_args())
+                .map(Some),
+        });
+        match waited {
+            Ok(Some(Some(args))) => args,
+            Ok(Some(None) | None) => return 0,
             Err(e) => {
                 eprintln!("bosun monitor: {e}");
                 return 1;
@@ -136,13 +146,19 @@ pub fn main(args: Vec<OsString>) -> i32 {
             return 1;
         }
     };
-    match detach::fork() {
-        Ok(detach::Side::Parent) => return 0,
-        Ok(detach::Side::Child) => {}
-        Err(e) => {
-            fail(&e);
-            sync.fail(&e.to_string());
-            return 1;
+    if !detached {
+        let session = detach::fork().and_then(|side| match side {
+            detach::Side::Parent => Ok(false),
+            detach::Side::Child => detach::new_session().map(|()| true),
+        });
+        match session {
+            Ok(true) => {}
+            Ok(false) => return 0,
+            Err(e) => {
+                fail(&e);
+                sync.fail(&e.to_string());
+                return 1;
+            }
         }
     }
     match run(&config, log, &mut sync) {
@@ -175,9 +191,9 @@ fn prepare(config: &Config, sync: &SyncPipe) -> Result<LogFile> {
     LogFile::open(&config.log_path)
 }
 
-/// The monitor proper, after the fork.
+/// The monitor proper, after the fork and in its own session.
 fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
-    detach::become_monitor()?;
+    detach::quiet_stdio()?;
     let signals = signals::Signals::new()?;
     let (console, pipes, stdio) = if config.tty {
         let console = console::ConsoleSocket::bind(&config.bundle)?;

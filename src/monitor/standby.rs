@@ -3,9 +3,11 @@
 //! The daemon keeps one such spare so that StartContainer does not wait for the monitor's
 //! exec and start-up (~2 ms, issue 13). The spare is spawned as
 //! `bosun monitor --standby <ROOM spaces>` with the argument pipe's read end as fd
-//! [`ARGS_FD`] and the sync pipe as fd 3. It reads NUL-terminated arguments (those after
-//! `monitor`, as on a command line) until EOF and goes on as a monitor started with them.
-//! EOF with no argument (the daemon dropped the spare or died) is a quiet exit 0.
+//! [`ARGS_FD`] and the sync pipe as fd 3. It forks away and makes its own session at once
+//! (the process the daemon spawned exits 0), so a start does not wait for that fork either.
+//! Then it reads NUL-terminated arguments (those after `monitor`, as on a command line) until
+//! EOF and goes on as a monitor started with them. EOF with no argument (the daemon dropped
+//! the spare or died: nobody else holds the pipe's write end) is a quiet exit 0.
 //!
 //! Recovery and the exit watcher know a monitor by its command line (`monitor --id ID`),
 //! so the spare rewrites its own: the arguments go over the reserved room (what

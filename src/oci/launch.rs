@@ -2,7 +2,8 @@
 //! ([`ExitWatcher`]), also for monitors started before a daemon restart.
 //!
 //! The monitor (`bosun monitor …`, see [`crate::monitor`]) forks away: the process we spawn
-//! exits at once and is reaped here; the monitor reports `{"monitor_pid","init_pid"}` or
+//! exits at once and is reaped here (a spare's was reaped before, [`SpareSlot`]); the
+//! monitor reports `{"monitor_pid","init_pid"}` or
 //! `{"error"}` on a pipe given to it as fd 3, and writes the exit file when the init exits.
 
 use std::os::fd::OwnedFd;
@@ -166,36 +167,48 @@ pub async fn launch_with(args: &MonitorArgs, slot: Option<&SpareSlot>) -> Result
     let mut sync = Box::pin(read_line(read));
     let work = async {
         let (mut err_text, mut sync_line) = (None, None);
-        let status = loop {
+        // The spawned process forks the monitor and exits; a spare did so beforehand, and then
+        // the sync pipe alone tells: a report, or its end without one.
+        let mut forked = child.is_none();
+        let failed = loop {
+            if forked && sync_line.is_some() {
+                break None;
+            }
             tokio::select! {
-                st = child.wait() => break st?,
+                st = wait_spawned(&mut child), if !forked => {
+                    let st = st?;
+                    if !st.success() {
+                        break Some(st.to_string());
+                    }
+                    forked = true;
+                }
                 e = &mut stderr, if err_text.is_none() => err_text = Some(e),
                 s = &mut sync, if sync_line.is_none() => sync_line = Some(s),
             }
         };
-        if !status.success() {
-            // Not forked: the process is gone, its stderr (and maybe the pipe) has the reason.
-            let err = match err_text {
-                Some(e) => e,
-                None => tokio::time::timeout(PIPE_GRACE, stderr)
-                    .await
-                    .unwrap_or_default(),
-            };
-            let sync = match sync_line {
-                Some(s) => s,
-                None => tokio::time::timeout(PIPE_GRACE, sync)
-                    .await
-                    .unwrap_or(Ok(String::new())),
-            };
-            return Ok::<_, std::io::Error>(Err((
-                status.to_string(),
-                err,
-                sync.unwrap_or_default(),
-            )));
-        }
-        match sync_line {
-            Some(line) => Ok(Ok(line?)),
-            None => Ok(Ok(sync.await?)),
+        let line = sync_line.map(|s| s.unwrap_or_default());
+        // A spare ends its sync pipe without a report only when it failed: its stderr says why.
+        let lost = child.is_none() && line.as_deref().is_some_and(|l| l.trim().is_empty());
+        match (failed, line) {
+            (None, Some(line)) if !lost => Ok::<_, std::io::Error>(Ok(line)),
+            (failed, line) => {
+                // The process is gone; its stderr (and maybe the pipe) has the reason.
+                let err = match err_text {
+                    Some(e) => e,
+                    None => tokio::time::timeout(PIPE_GRACE, stderr)
+                        .await
+                        .unwrap_or_default(),
+                };
+                let sync = match line {
+                    Some(s) => s,
+                    None => tokio::time::timeout(PIPE_GRACE, sync)
+                        .await
+                        .unwrap_or(Ok(String::new()))
+                        .unwrap_or_default(),
+                };
+                let status = failed.unwrap_or_else(|| "ended without a report".to_string());
+                Ok(Err((status, err, sync)))
+            }
         }
     };
     let outcome = tokio::time::timeout(args.timeout, work)
@@ -213,7 +226,11 @@ pub async fn launch_with(args: &MonitorArgs, slot: Option<&SpareSlot>) -> Result
             let msg = sync_error(&sync).unwrap_or_else(|| {
                 let stderr = stderr.trim();
                 let stderr = stderr.strip_prefix("bosun monitor: ").unwrap_or(stderr);
-                format!("{status}: {stderr}")
+                if stderr.is_empty() {
+                    status
+                } else {
+                    format!("{status}: {stderr}")
+                }
             });
             return Err(fail(ErrorKind::Internal, msg));
         }
@@ -229,6 +246,16 @@ pub async fn launch_with(args: &MonitorArgs, slot: Option<&SpareSlot>) -> Result
         };
         fail(ErrorKind::Internal, msg)
     })
+}
+
+/// The exit of the process we spawned; never resolves when there is none (a spare's).
+async fn wait_spawned(
+    child: &mut Option<crate::sys::vfork::Child>,
+) -> std::io::Result<std::process::ExitStatus> {
+    match child {
+        Some(c) => c.wait().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The `error` of a `{"error": …}` sync message.
@@ -503,6 +530,51 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
                 "{script}"
             );
         }
+    }
+
+    /// A spare forks away before its container comes, so its report (or failure) comes on
+    /// the pipes alone: the launch must neither wait for a status nor lose stderr's reason.
+    #[tokio::test]
+    async fn a_spare_reports_on_its_pipes_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = r#"if [ "$2" = --standby ]; then
+  ( args=$(tr '\0' ' ' <&4)
+    case "$args" in
+      "") exit 0 ;;
+      *"--id ok "*) echo '{"monitor_pid": 11, "init_pid": 22}' >&3 ;;
+      *"--id silent "*) exit 0 ;;
+      *) echo "bosun monitor: spare says no to $args" >&2; exit 2 ;;
+    esac ) &
+  exit 0
+fi
+echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
+        let slot = SpareSlot::default();
+        let mut args = program(dir.path(), script);
+        args.id = "ok".into();
+        let cold = launch_with(&args, Some(&slot)).await;
+        assert_eq!(cold.map(|l| l.monitor_pid), Ok(1), "no spare yet: spawned");
+        let spared = launch_with(&args, Some(&slot)).await;
+        assert_eq!(spared.map(|l| l.monitor_pid), Ok(11), "through the spare");
+        args.id = "bad".into();
+        let e = launch_with(&args, Some(&slot))
+            .await
+            .expect_err("the spare failed");
+        assert_eq!(e.kind(), ErrorKind::Internal, "{e}");
+        assert!(
+            e.message().starts_with(
+                "container bad: start monitor: ended without a report: spare says no to --id bad"
+            ),
+            "{e}"
+        );
+        args.id = "silent".into();
+        let e = launch_with(&args, Some(&slot))
+            .await
+            .expect_err("the spare failed");
+        assert_eq!(
+            e.message(),
+            "container silent: start monitor: ended without a report",
+            "{e}"
+        );
     }
 
     #[tokio::test]

@@ -5,8 +5,9 @@
 //! (issue 13). The slot holds at most one spare, for one program; a launch takes it when its
 //! arguments fit the spare's command line ([`standby::fits`]) and spawns a new one after.
 //! A spare that died or was never made costs nothing but the spawn the call does itself.
-//! The spare is our child: dropped, it is killed and reaped; when the daemon dies, its
-//! argument pipe reads EOF and it exits.
+//! The spare forks away at once (the process we spawned exits and is reaped in the
+//! background), so it is no child of ours: dropped, or when the daemon dies, its argument pipe
+//! reads EOF and it exits.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -22,8 +23,9 @@ pub const SYNC_FD: i32 = 3;
 /// A spawned monitor process with the read ends of its sync pipe and stderr.
 #[derive(Debug)]
 pub struct Spawned {
-    /// The process (it forks the monitor proper and exits).
-    pub child: vfork::Child,
+    /// The process, which forks the monitor proper and exits; `None` for a spare, which did
+    /// so before it was handed its container (its status is no longer ours to read).
+    pub child: Option<vfork::Child>,
     /// The sync pipe's read end: the report line.
     pub sync: OwnedFd,
     /// Its stderr's read end.
@@ -51,7 +53,7 @@ fn spawn(
     let mut argv: Vec<OsString> = vec!["monitor".into()];
     argv.extend(args.iter().cloned());
     // Our copies of the write ends close when this returns: EOF once the monitor is done.
-    let child = vfork::spawn(program, &argv, &setup)?;
+    let child = Some(vfork::spawn(program, &argv, &setup)?);
     Ok(Spawned {
         child,
         sync,
@@ -62,6 +64,24 @@ fn spawn(
 /// Spawns `program monitor <args>`: the cold path, when no spare fits.
 pub fn spawn_monitor(program: &Path, args: &[OsString]) -> std::io::Result<Spawned> {
     spawn(program, args, None)
+}
+
+/// Waits for the process that forks a spare away, in the background: it exits at once.
+fn reap(mut child: vfork::Child) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn(async move {
+                match child.wait().await {
+                    Ok(status) if status.success() => {}
+                    Ok(status) => tracing::warn!(%status, "spare monitor failed to start"),
+                    Err(e) => tracing::warn!(error = %e, "spare monitor: wait"),
+                }
+            });
+        }
+        // Never so in the daemon; dropped, it is killed and reaped, and the launch that
+        // would take the spare finds its pipe closed and spawns a monitor instead.
+        Err(_) => drop(child),
+    }
 }
 
 /// A monitor waiting for its arguments.
@@ -75,7 +95,10 @@ struct Spare {
 impl Spare {
     fn start(program: &Path) -> std::io::Result<Spare> {
         let (read, args) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let spawned = spawn(program, &standby::placeholder(), Some(&read))?;
+        let mut spawned = spawn(program, &standby::placeholder(), Some(&read))?;
+        if let Some(child) = spawned.child.take() {
+            reap(child);
+        }
         Ok(Spare {
             program: program.to_path_buf(),
             spawned,
