@@ -221,7 +221,7 @@ pub struct Config {
     pub root: PathBuf,
     /// Volatile state: lock file, pinned namespaces.
     pub state: PathBuf,
-    /// The OCI runtime binary (looked up in PATH when not absolute).
+    /// The OCI runtime binary (a bare name is looked up in PATH once, when the daemon starts).
     pub runtime: PathBuf,
     /// cgroup driver reported to the kubelet and used for container cgroups.
     pub cgroup_driver: CgroupDriver,

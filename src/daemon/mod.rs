@@ -27,9 +27,29 @@ use crate::proto::runtime::v1::runtime_service_server::RuntimeServiceServer;
 /// Largest gRPC message accepted or sent (kubelet uses 16 MiB; ExecSync output can be 2 × 16 MiB).
 pub const MAX_MESSAGE: usize = 64 << 20;
 
+/// A bare `runtime` name (`runc`) becomes its path in PATH, found once here: otherwise every
+/// runc call (each monitor's `runc run`, every `runc delete`) tries PATH's entries in turn.
+/// A name not found stays as it is, looked up at each call as before.
+fn resolve_runtime(config: &mut Config) {
+    let bare = config.runtime.components().count() == 1 && config.runtime.is_relative();
+    let found = bare
+        .then(|| {
+            config
+                .runtime
+                .to_str()
+                .and_then(crate::oci::host::find_in_path)
+        })
+        .flatten();
+    if let Some(path) = found {
+        tracing::debug!(runtime = %path.display(), "OCI runtime found in PATH");
+        config.runtime = path;
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT; containers are left running on exit. `notifier`
 /// (systemd's `$NOTIFY_SOCKET`, see [`notify`]) hears `READY=1` once the socket serves.
-pub async fn run(config: Config, notifier: Option<notify::Notifier>) -> Result<()> {
+pub async fn run(mut config: Config, notifier: Option<notify::Notifier>) -> Result<()> {
+    resolve_runtime(&mut config);
     let config = Arc::new(config);
     check_cgroup_driver(&config)?;
     // Handlers first: a SIGTERM that arrives once the socket exists must be a clean shutdown,
@@ -220,3 +240,29 @@ async fn serve_metrics(
 
 /// How long a SIGTERM/SIGINT waits for in-flight calls before the daemon exits regardless.
 pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_runtime_name_is_resolved_once_through_path() {
+        let resolved = |runtime: &str| {
+            let mut config = Config {
+                runtime: runtime.into(),
+                ..Config::default()
+            };
+            resolve_runtime(&mut config);
+            config.runtime
+        };
+        let sh = resolved("sh");
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        assert_eq!(
+            sh,
+            crate::oci::host::find_in_path("sh").expect("sh in PATH")
+        );
+        for kept in ["/opt/x/runc", "./runc", "bin/runc", "no-such-runtime-b05un"] {
+            assert_eq!(resolved(kept), std::path::PathBuf::from(kept), "{kept}");
+        }
+    }
+}
