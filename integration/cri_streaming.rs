@@ -32,6 +32,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             NEEDS,
             slow_attach,
         ),
+        trial(
+            "cri::streaming::an_attach_reader_lagging_at_the_exit_gets_every_byte",
+            NEEDS,
+            attach_lagging_at_exit,
+        ),
         trial("cri::streaming::port_forward_to_pod", NEEDS, port_forward),
         trial(
             "cri::streaming::measure_exec_latency_and_throughput",
@@ -459,6 +464,67 @@ fn slow_attach() -> Result<()> {
                 drop(child);
             }
             cri::remove_pod(&mut rt, &pod.id).await?;
+            Ok::<_, anyhow::Error>(())
+        }),
+    )?;
+    cri::assert_clean(&d)
+}
+
+/// An attach client that is still behind when the container exits: the monitor holds what
+/// the client has not taken yet (2 MB, within its 4 MiB queue) and must send it before it ends
+/// the stream, rather than drop it with the exit (found by the kubectl test in CI).
+fn attach_lagging_at_exit() -> Result<()> {
+    let d = cri::daemon()?;
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let busybox = cri::import(&d, "busybox")?;
+            let expected: String = (1..=300000).map(|i| format!("{i}\n")).collect();
+            for t in TRANSPORTS {
+                let pod = cri::run_pod(&mut rt, cri::pod_config(&d, &format!("lag-{t}"))).await?;
+                let script = "echo ready; while [ ! -f /tmp/go ]; do sleep 0.1; done; \
+                              seq 1 300000; echo done";
+                let c = cri::sh_config(&pod, "target", &busybox, script);
+                let id = cri::create_start(&mut rt, &pod, &c).await?;
+                let log = pod.log_of(&c);
+                cri::wait_log(&log, 10, |l| l.iter().any(|x| x == "ready")).await?;
+                let mut child = spawn_bosun(&d, &["attach", "--transport", t, &id])?;
+                let mut out = child
+                    .0
+                    .as_mut()
+                    .and_then(|c| c.stdout.take())
+                    .context("stdout")?;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let ok = bosun(&d, &["exec", &id, "--", "touch", "/tmp/go"], None)?;
+                ensure!(ok.status.success(), "exec: {}", show(&ok));
+                // Not reading until the container wrote its last line and exits: the monitor
+                // has logged everything, and holds most of it for this client.
+                cri::wait_log(&log, 20, |l| l.last().is_some_and(|x| x == "done")).await?;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let got = tokio::task::spawn_blocking(move || {
+                    let mut got = Vec::new();
+                    std::io::Read::read_to_end(&mut out, &mut got).map(|_| got)
+                })
+                .await??;
+                let text = String::from_utf8_lossy(&got);
+                let body = text.strip_suffix("done\n").unwrap_or(&text);
+                let start = body.find("1\n2\n3\n").unwrap_or(0);
+                ensure!(
+                    body[start..] == expected && text.ends_with("done\n"),
+                    "{t}: got {} bytes, want {} and done (first difference at {:?})",
+                    text.len() - start,
+                    expected.len() + 5,
+                    body[start..]
+                        .bytes()
+                        .zip(expected.bytes())
+                        .position(|(a, b)| a != b)
+                );
+                let s = cri::wait_exited(&mut rt, &id, 10).await?;
+                cri::check_exit(&s, 0, "Completed")?;
+                drop(child);
+                cri::remove_pod(&mut rt, &pod.id).await?;
+            }
             Ok::<_, anyhow::Error>(())
         }),
     )?;

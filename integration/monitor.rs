@@ -17,7 +17,7 @@ const NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images];
 
 type Test = fn() -> Result<()>;
 
-const TESTS: [(&str, Test); 9] = [
+const TESTS: [(&str, Test); 10] = [
     (
         "monitor::logs_both_streams_and_records_the_exit_code",
         streams_and_exit,
@@ -33,6 +33,10 @@ const TESTS: [(&str, Test); 9] = [
     ),
     ("monitor::sigusr1_reopens_the_log_after_rotation", reopen),
     ("monitor::memory_stays_small", memory),
+    (
+        "monitor::an_attach_client_behind_at_the_exit_gets_the_rest",
+        attach_behind_at_exit,
+    ),
 ];
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -251,18 +255,6 @@ fn memory() -> Result<()> {
         "RSS {rss} KiB, Anonymous {anon} KiB"
     );
     // Two attach clients (one reading, one never) cost the monitor next to nothing.
-    let attach = |fx: &Fixture| -> Result<std::os::fd::OwnedFd> {
-        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
-        let addr = SocketAddrUnix::new(fx.bundle().join("attach.sock"))?;
-        rustix::net::connect(&fd, &addr)?;
-        Ok(fd)
-    };
     let (reading, _stuck) = (attach(&fx)?, attach(&fx)?);
     let mut buf = vec![0u8; 64 << 10];
     let mut chunks = 0;
@@ -287,6 +279,59 @@ fn memory() -> Result<()> {
     );
     fx.runc_ok(&["kill", &fx.id, "KILL"])?;
     fx.wait_exit(137, Some(9), false)?;
+    fx.finish()
+}
+
+/// A client of `<bundle>/attach.sock`.
+fn attach(fx: &Fixture) -> Result<std::os::fd::OwnedFd> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let addr = SocketAddrUnix::new(fx.bundle().join("attach.sock"))?;
+    rustix::net::connect(&fd, &addr)?;
+    Ok(fd)
+}
+
+/// An attach client that has not read when the container exits: the monitor has 1 MB of
+/// output queued for it (far more than the socket buffers) and sends all of it before it
+/// closes the socket, rather than drop it with the exit.
+fn attach_behind_at_exit() -> Result<()> {
+    let mut fx = Fixture::new("behind", "sleep 1; seq 1 150000", |_| {})?;
+    fx.spawn_monitor(&[])?;
+    let client = attach(&fx)?;
+    // Not reading until the last line is logged: the container is then done writing.
+    let logged = || std::fs::read(fx.log()).is_ok_and(|l| l.ends_with(b" stdout F 150000\n"));
+    ensure!(wait_until(20, logged), "the last line was never logged");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut stdout = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    rustix::net::sockopt::set_socket_timeout(
+        &client,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(Duration::from_secs(10)),
+    )?;
+    loop {
+        let n = rustix::net::recv(&client, &mut buf[..], rustix::net::RecvFlags::empty())?.0;
+        match buf[..n].split_first() {
+            None => break, // the monitor closed the socket
+            Some((&bosun::monitor::attach_proto::OUT_STDOUT, bytes)) => {
+                stdout.extend_from_slice(bytes)
+            }
+            Some(_) => {}
+        }
+    }
+    let want: String = (1..=150000).map(|i| format!("{i}\n")).collect();
+    ensure!(
+        stdout == want.as_bytes(),
+        "the client got {} bytes of {}",
+        stdout.len(),
+        want.len()
+    );
+    fx.wait_exit(0, None, false)?;
     fx.finish()
 }
 

@@ -36,9 +36,10 @@ pub struct InitExit {
 }
 
 /// Runs until the init `init` has exited and its output is drained (EOF on every stream and
-/// every attach client's queue sent, or [`DRAIN`] after the exit). When the init exits, what is readable is read at once; if some
-/// stream is still held open and the container shares a pid namespace, its `leftovers` are
-/// killed then, so the exit is recorded without waiting for them (issue 12). Reopens the log
+/// every attach client's queue sent, or [`DRAIN`] after the exit). When the init exits, what
+/// is readable is read at once; if some stream is still held open and the container shares a
+/// pid namespace, its `leftovers` are killed then, so the exit is recorded without waiting
+/// for them (issue 12). Reopens the log
 /// on SIGUSR1 or an attach client's request; reaps every child (we are the subreaper:
 /// orphans of the container end up here); serves attach clients; follows the OOM counter
 /// while the container runs. Only the log write may block.
