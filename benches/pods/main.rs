@@ -359,7 +359,9 @@ fn header(opts: &Opts, cni: bool) -> String {
          directory, no overlay; new pid/mount/ipc/uts namespaces, host network; own cgroup), \
          interleaved with each runtime's Create+Start: every sample of it is followed by one bare \
          run (for bosun also one of its own config.json), so changes of load hit the series \
-         alike, and each sample starts after a sync and 0.5 s of quiet."
+         alike, and each sample starts after a sync and 0.5 s of quiet. The paired rows take \
+         each Create+Start with the run of its own config.json right after it: the difference \
+         is what bosun adds, without runc's spread between samples."
             .to_string(),
         "KILL lateness (TERM-ignoring container, StopContainer timeout 1 s): how far past call \
          start + 1 s StopContainer returned / ContainerStatus first showed EXITED (polled \

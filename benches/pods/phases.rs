@@ -10,7 +10,10 @@ use crate::cri::{Cri, Pod, SLEEP, TERM_HONOURING, TERM_IGNORING};
 use crate::daemons::{Daemon, Kind};
 use crate::measure::{ms, percentile, settle};
 use crate::procs::{self, RssPss};
-use crate::report::{Report, Unit, BARE_ROW, MIB, SAME_BUNDLE_RATIO, SAME_BUNDLE_ROW};
+use crate::report::{
+    Report, Unit, BARE_ROW, MIB, SAME_BUNDLE_ADDED, SAME_BUNDLE_PAIRED, SAME_BUNDLE_RATIO,
+    SAME_BUNDLE_ROW,
+};
 use crate::Opts;
 
 /// How long a started shell gets to install its trap before it is stopped.
@@ -118,6 +121,17 @@ pub async fn latency(
         p50_p95(report, d, SAME_BUNDLE_ROW, &same);
         let ratio = percentile(&both, 0.5) / percentile(&same, 0.5);
         report.record(SAME_BUNDLE_RATIO, Unit::X, d.kind, ratio);
+        // Paired per sample (each Create+Start with the same-bundle run right after it): what
+        // bosun adds, free of runc's own spread between samples (20–50 ms here).
+        let added: Vec<f64> = both.iter().zip(&same).map(|(b, s)| b - s).collect();
+        p50_p95(report, d, SAME_BUNDLE_ADDED, &added);
+        let paired: Vec<f64> = both.iter().zip(&same).map(|(b, s)| b / s).collect();
+        report.record(
+            SAME_BUNDLE_PAIRED,
+            Unit::X,
+            d.kind,
+            percentile(&paired, 0.5),
+        );
     }
 
     // TERM honoured: all started first, so each shell has had time to set its trap.

@@ -56,6 +56,10 @@ pub const BARE_ROW: &str = "bare runc run --detach";
 pub const SAME_BUNDLE_ROW: &str = "bare runc run --detach of bosun's own config.json";
 /// Create+Start over the same-bundle baseline: the issue's goal.
 pub const SAME_BUNDLE_RATIO: &str = "Create+Start ÷ runc run of the same bundle (p50)";
+/// Create+Start minus the same-bundle run that follows it, per sample: bosun's overhead.
+pub const SAME_BUNDLE_ADDED: &str = "Create+Start − runc run of the same bundle, paired";
+/// The median of the per-sample ratios of Create+Start to the same-bundle run after it.
+pub const SAME_BUNDLE_PAIRED: &str = "Create+Start ÷ runc run of the same bundle (paired p50)";
 
 /// A goal of the issue for bosun's figure: (row name, limit, shown as).
 struct Goal {
