@@ -31,9 +31,9 @@ const EXEC_WAIT: Duration = Duration::from_secs(2);
 pub async fn wait_exec(pid: u32) {
     let comm = format!("/proc/{pid}/comm");
     let deadline = tokio::time::Instant::now() + EXEC_WAIT;
-    while tokio::fs::read_to_string(&comm)
-        .await
-        .is_ok_and(|c| c.trim_end() == RUNC_INIT_COMM)
+    // A procfs read never blocks: read in place, not through tokio's blocking pool (a
+    // thread hop per poll on StartContainer's path).
+    while std::fs::read(&comm).is_ok_and(|c| c.trim_ascii_end() == RUNC_INIT_COMM.as_bytes())
         && tokio::time::Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -363,6 +363,13 @@ mod tests {
             .expect("spawn");
         let pid = child.id().expect("pid");
         let t = std::time::Instant::now();
+        // As in a start: the pid is known once runc's init runs (spawn may return before the
+        // exec that names it).
+        let comm = format!("/proc/{pid}/comm");
+        while std::fs::read(&comm).is_ok_and(|c| c.trim_ascii_end() != RUNC_INIT_COMM.as_bytes()) {
+            assert!(t.elapsed() < Duration::from_secs(5), "the script never ran");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         wait_exec(pid).await;
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
         assert_eq!(comm.trim_end(), "sleep", "after {:?}", t.elapsed());
