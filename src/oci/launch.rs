@@ -8,6 +8,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -130,22 +131,41 @@ pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
     launch_with(args, None).await
 }
 
-/// [`launch_monitor`], through the spare in `slot` when it has one (see [`SpareSlot`]).
-pub async fn launch_with(args: &MonitorArgs, slot: Option<&SpareSlot>) -> Result<Launched> {
-    let id = &args.id;
-    let fail = |kind: ErrorKind, msg: String| {
-        Error::new(kind, format!("container {id}: start monitor: {msg}"))
-    };
+/// [`launch_monitor`], through the spare in `slot` when it has one (see [`SpareSlot`]); the
+/// slot gets its next spare once the report is in.
+pub async fn launch_with(args: &MonitorArgs, slot: Option<&Arc<SpareSlot>>) -> Result<Launched> {
     let program = match &args.program {
         Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| fail(ErrorKind::Internal, format!("current executable: {e}")))?,
+        None => std::env::current_exe().map_err(|e| {
+            Error::internal(format!(
+                "container {}: start monitor: current executable: {e}",
+                args.id
+            ))
+        })?,
     };
     let argv = args.argv();
     // posix_spawn, not fork: nothing of the daemon is copied (issue 13).
     let spawned = match slot {
         Some(slot) => slot.spawn(&program, &argv),
         None => spare::spawn_monitor(&program, &argv),
+    };
+    let launched = report(args, &program, spawned).await;
+    // Not before: the new spare's exec and start-up would take CPU from this start's runc.
+    if let Some(slot) = slot {
+        slot.refill_later(&program);
+    }
+    launched
+}
+
+/// The report of the monitor `spawned` for `args.id`.
+async fn report(
+    args: &MonitorArgs,
+    program: &Path,
+    spawned: std::io::Result<Spawned>,
+) -> Result<Launched> {
+    let id = &args.id;
+    let fail = |kind: ErrorKind, msg: String| {
+        Error::new(kind, format!("container {id}: start monitor: {msg}"))
     };
     let Spawned {
         mut child,
@@ -548,13 +568,25 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
   exit 0
 fi
 echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
-        let slot = SpareSlot::default();
+        let slot = Arc::new(SpareSlot::default());
         let mut args = program(dir.path(), script);
         args.id = "ok".into();
         let cold = launch_with(&args, Some(&slot)).await;
         assert_eq!(cold.map(|l| l.monitor_pid), Ok(1), "no spare yet: spawned");
+        // The next spare is made in the background after each launch.
+        let ready = || async {
+            for _ in 0..500 {
+                if slot.is_full() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("no spare made after a launch");
+        };
+        ready().await;
         let spared = launch_with(&args, Some(&slot)).await;
         assert_eq!(spared.map(|l| l.monitor_pid), Ok(11), "through the spare");
+        ready().await;
         args.id = "bad".into();
         let e = launch_with(&args, Some(&slot))
             .await
@@ -566,6 +598,7 @@ echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
             ),
             "{e}"
         );
+        ready().await;
         args.id = "silent".into();
         let e = launch_with(&args, Some(&slot))
             .await

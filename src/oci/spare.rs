@@ -3,7 +3,8 @@
 //! A monitor's exec and start-up take ~2 ms (loader, relocations, Rust runtime); a spare has
 //! done them before the call, which hands it the container's arguments on a pipe instead
 //! (issue 13). The slot holds at most one spare, for one program; a launch takes it when its
-//! arguments fit the spare's command line ([`standby::fits`]) and spawns a new one after.
+//! arguments fit the spare's command line ([`standby::fits`]) and has a new one made in the
+//! background once its monitor has reported (not while its runc runs).
 //! A spare that died or was never made costs nothing but the spawn the call does itself.
 //! The spare forks away at once (the process we spawned exits and is reaped in the
 //! background), so it is no child of ours: dropped, or when the daemon dies, its argument pipe
@@ -12,7 +13,7 @@
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::monitor::standby;
 use crate::sys::vfork;
@@ -106,7 +107,7 @@ impl Spare {
         })
     }
 
-    /// Gives the spare its arguments; an error (it died: EPIPE) drops it, killed and reaped.
+    /// Gives the spare its arguments; an error (it died: EPIPE) drops it.
     fn hand_over(self, args: &[OsString]) -> std::io::Result<Spawned> {
         let bytes = standby::encode(args);
         // Never blocks: at most ROOM bytes into an empty pipe (64 KiB).
@@ -125,7 +126,8 @@ pub struct SpareSlot(Mutex<Option<Spare>>);
 
 impl SpareSlot {
     /// Spawns `program monitor <args>`, through the spare when there is one for `program`
-    /// and the arguments fit it; then makes a new spare if the slot is empty.
+    /// and the arguments fit it. The caller refills the slot when it can spare the CPU
+    /// ([`SpareSlot::refill_later`]).
     pub fn spawn(&self, program: &Path, args: &[OsString]) -> std::io::Result<Spawned> {
         // A spare that cannot take these arguments stays for the next launch.
         let spare = standby::fits(args).then(|| self.take(program)).flatten();
@@ -137,8 +139,25 @@ impl SpareSlot {
             }
             None => spawn_monitor(program, args)?,
         };
-        self.refill(program);
         Ok(spawned)
+    }
+
+    /// Makes a spare for `program` in the background unless the slot holds one.
+    pub fn refill_later(self: &Arc<Self>, program: &Path) {
+        if self.is_full() {
+            return;
+        }
+        let (slot, program) = (Arc::clone(self), program.to_path_buf());
+        // posix_spawn waits for the exec: a blocking call, off the caller's path.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || slot.refill(&program))),
+            Err(_) => slot.refill(&program),
+        }
+    }
+
+    /// Whether the slot holds a spare.
+    pub fn is_full(&self) -> bool {
+        self.lock().is_some()
     }
 
     fn take(&self, program: &Path) -> Option<Spare> {
@@ -153,7 +172,7 @@ impl SpareSlot {
         }
     }
 
-    /// Makes a spare for `program` unless the slot holds one.
+    /// Makes a spare for `program` now unless the slot holds one.
     fn refill(&self, program: &Path) {
         if self.lock().is_some() {
             return;
@@ -164,7 +183,7 @@ impl SpareSlot {
                 let mut slot = self.lock();
                 if slot.is_none() {
                     *slot = Some(spare);
-                } // else another launch refilled it first: this one is dropped (killed, reaped)
+                } // else another launch refilled it first: this one is dropped, reads EOF, exits
             }
             Err(e) => tracing::warn!(error = %e, "no spare monitor"),
         }

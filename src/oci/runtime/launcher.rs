@@ -22,7 +22,7 @@ pub trait MonitorLauncher: Send + Sync {
 /// The real launcher: spawns processes (keeping a spare monitor ready), watches pidfds.
 #[derive(Debug, Default)]
 pub struct ProcessLauncher {
-    spare: SpareSlot,
+    spare: std::sync::Arc<SpareSlot>,
 }
 
 #[tonic::async_trait]
