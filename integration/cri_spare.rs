@@ -15,7 +15,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 
 /// The live spare monitors of daemon `daemon`: processes running `bosun monitor --standby`
 /// whose argument pipe (fd 4) the daemon holds the other end of. A spare forks away at once,
-/// so it is no child of the daemon.
+/// so it is no child of the daemon (its parent before the fork is not counted).
 fn spares_of(daemon: i32) -> Vec<i32> {
     let held: Vec<_> = std::fs::read_dir(format!("/proc/{daemon}/fd"))
         .map(|rd| {
@@ -26,7 +26,8 @@ fn spares_of(daemon: i32) -> Vec<i32> {
         .unwrap_or_default();
     cri::pids()
         .into_iter()
-        .filter(|p| live(*p))
+        // The daemon's own child is the process that forks the spare away, about to exit.
+        .filter(|p| cri::proc_state(*p).is_some_and(|(s, ppid)| s != 'Z' && ppid != daemon))
         .filter(|p| cri::cmdline(*p).get(1..3) == Some(&["monitor".into(), "--standby".into()]))
         .filter(|p| {
             std::fs::read_link(format!("/proc/{p}/fd/4"))
@@ -92,6 +93,18 @@ fn spare_monitor() -> Result<()> {
                 "the monitor's command line: {argv:?}"
             );
             let spare = one_spare(daemon)?;
+            // The processes that forked the spares away were reaped, not left as zombies.
+            let zombies = || {
+                cri::pids()
+                    .into_iter()
+                    .filter(|p| cri::proc_state(*p) == Some(('Z', daemon)))
+                    .collect::<Vec<_>>()
+            };
+            ensure!(
+                wait_until(5, || zombies().is_empty()),
+                "zombie children of the daemon: {:?}",
+                zombies()
+            );
 
             // A log path longer than the spare's room: the start spawns a monitor of its own.
             let deep: String = (0..9)

@@ -143,6 +143,8 @@ pub fn spares(daemon: u32) -> Vec<u32> {
     let pipes = held_pipes(daemon);
     pids()
         .into_iter()
+        // The daemon's own child is the process that forks the spare away, about to exit.
+        .filter(|p| ppid(*p).is_some_and(|pp| pp != daemon))
         .filter(|p| {
             cmdline(*p)
                 .get(1..3)
