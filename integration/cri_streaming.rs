@@ -403,6 +403,44 @@ fn attach() -> Result<()> {
 /// An attach client that stops reading for 4 s while the container writes ~2 MiB still gets
 /// every byte, in order (the monitor queues up to 4 MiB per lagging client), over each
 /// transport.
+/// Attaches to `id` over transport `t`, then lets its script go (`touch /tmp/go`) once the
+/// attach stream is up; the CLI and its unread stdout.
+async fn attach_and_go(
+    d: &Daemon,
+    t: &str,
+    id: &str,
+) -> Result<(KillOnDrop, std::process::ChildStdout)> {
+    let mut child = spawn_bosun(d, &["attach", "--transport", t, id])?;
+    let out = child
+        .0
+        .as_mut()
+        .and_then(|c| c.stdout.take())
+        .context("stdout")?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ok = bosun(d, &["exec", id, "--", "touch", "/tmp/go"], None)?;
+    ensure!(ok.status.success(), "exec: {}", show(&ok));
+    Ok((child, out))
+}
+
+/// `got` is `expected` (a `seq` output) then `done`; the attach may start mid-way through
+/// what came before, but everything from `1` on must be whole.
+fn check_seq(t: &str, got: &[u8], expected: &str) -> Result<()> {
+    let text = String::from_utf8_lossy(got);
+    let body = text.strip_suffix("done\n").unwrap_or(&text);
+    let start = body.find("1\n2\n3\n").unwrap_or(0);
+    ensure!(
+        body[start..] == *expected && text.ends_with("done\n"),
+        "{t}: got {} bytes, want {} and done (first difference at {:?})",
+        text.len() - start,
+        expected.len() + 5,
+        body[start..]
+            .bytes()
+            .zip(expected.bytes())
+            .position(|(a, b)| a != b)
+    );
+    Ok(())
+}
+
 fn slow_attach() -> Result<()> {
     let d = cri::daemon()?;
     cri::with_log(
@@ -419,15 +457,7 @@ fn slow_attach() -> Result<()> {
             .await?;
             let expected: String = (1..=300000).map(|i| format!("{i}\n")).collect();
             for t in TRANSPORTS {
-                let mut child = spawn_bosun(&d, &["attach", "--transport", t, &id])?;
-                let mut out = child
-                    .0
-                    .as_mut()
-                    .and_then(|c| c.stdout.take())
-                    .context("stdout")?;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let ok = bosun(&d, &["exec", &id, "--", "touch", "/tmp/go"], None)?;
-                ensure!(ok.status.success(), "exec: {}", show(&ok));
+                let (child, mut out) = attach_and_go(&d, t, &id).await?;
                 // Not reading: the CLI's stdout pipe fills, the stream backs up to the monitor.
                 tokio::time::sleep(Duration::from_secs(4)).await;
                 let reader = std::thread::spawn(move || {
@@ -447,20 +477,7 @@ fn slow_attach() -> Result<()> {
                 let got = tokio::task::spawn_blocking(move || reader.join())
                     .await?
                     .map_err(|_| anyhow::anyhow!("reader panicked"))?;
-                let text = String::from_utf8_lossy(&got);
-                let body = text.strip_suffix("done\n").unwrap_or(&text);
-                // The attach may start mid-way through "ready"; everything after must be whole.
-                let start = body.find("1\n2\n3\n").unwrap_or(0);
-                ensure!(
-                    body[start..] == expected,
-                    "{t}: got {} bytes, want {} (first difference at {:?})",
-                    body.len() - start,
-                    expected.len(),
-                    body[start..]
-                        .bytes()
-                        .zip(expected.bytes())
-                        .position(|(a, b)| a != b)
-                );
+                check_seq(t, &got, &expected)?;
                 drop(child);
             }
             cri::remove_pod(&mut rt, &pod.id).await?;
@@ -489,15 +506,7 @@ fn attach_lagging_at_exit() -> Result<()> {
                 let id = cri::create_start(&mut rt, &pod, &c).await?;
                 let log = pod.log_of(&c);
                 cri::wait_log(&log, 10, |l| l.iter().any(|x| x == "ready")).await?;
-                let mut child = spawn_bosun(&d, &["attach", "--transport", t, &id])?;
-                let mut out = child
-                    .0
-                    .as_mut()
-                    .and_then(|c| c.stdout.take())
-                    .context("stdout")?;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let ok = bosun(&d, &["exec", &id, "--", "touch", "/tmp/go"], None)?;
-                ensure!(ok.status.success(), "exec: {}", show(&ok));
+                let (child, mut out) = attach_and_go(&d, t, &id).await?;
                 // Not reading until the container wrote its last line and exits: the monitor
                 // has logged everything, and holds most of it for this client.
                 cri::wait_log(&log, 20, |l| l.last().is_some_and(|x| x == "done")).await?;
@@ -507,19 +516,7 @@ fn attach_lagging_at_exit() -> Result<()> {
                     std::io::Read::read_to_end(&mut out, &mut got).map(|_| got)
                 })
                 .await??;
-                let text = String::from_utf8_lossy(&got);
-                let body = text.strip_suffix("done\n").unwrap_or(&text);
-                let start = body.find("1\n2\n3\n").unwrap_or(0);
-                ensure!(
-                    body[start..] == expected && text.ends_with("done\n"),
-                    "{t}: got {} bytes, want {} and done (first difference at {:?})",
-                    text.len() - start,
-                    expected.len() + 5,
-                    body[start..]
-                        .bytes()
-                        .zip(expected.bytes())
-                        .position(|(a, b)| a != b)
-                );
+                check_seq(t, &got, &expected)?;
                 let s = cri::wait_exited(&mut rt, &id, 10).await?;
                 cri::check_exit(&s, 0, "Completed")?;
                 drop(child);
