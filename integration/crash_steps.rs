@@ -293,6 +293,7 @@ pub fn run_pod_killed_at(
 }
 
 const CREATE_POINTS: &[&str] = &[
+    "container.create.leased=kill",
     "container.create.meta-written=kill",
     "container.create.recorded=kill",
     "container.create.rootfs=kill",
@@ -336,11 +337,33 @@ fn create_container() -> Result<()> {
                 }
                 let id = cri::create_start(&mut rt, &pod, &again).await?;
                 let s = cri::wait_exited(&mut rt, &id, 20).await?;
-                cri::check_exit(&s, 7, "Error")
+                cri::check_exit(&s, 7, "Error")?;
+                // The only image lease left is the retry's: one a crash left without its
+                // container would hold the image's layers from GC for good.
+                let leases = image_leases(d);
+                ensure!(
+                    leases == [id.clone()],
+                    "image leases {leases:?}, want [{id}]"
+                );
+                Ok(())
             }),
         )?;
         Ok(())
     })
+}
+
+/// The owners of the image leases in the daemon's root (`<root>/leases/<owner>.json`).
+fn image_leases(d: &Daemon) -> Vec<String> {
+    std::fs::read_dir(d.root().join("leases"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_suffix(".json").map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A pod with one container created (not started) from `script`; waits for nothing.

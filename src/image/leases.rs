@@ -90,6 +90,12 @@ impl Leases {
         Ok(())
     }
 
+    /// The owners of every lease.
+    pub fn owners(&self) -> Vec<String> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.keys().cloned().collect()
+    }
+
     /// Every chain id some lease holds.
     pub fn chain_ids(&self) -> HashSet<Digest> {
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner());

@@ -73,6 +73,9 @@ impl Runtime {
             }
             self.images.leases().hold(&id, &chain)?;
         }
+        // A crash from here to the record leaves a lease without its container: recovery
+        // releases it.
+        crate::failpoint!("container.create.leased");
         let entry = match self.state.containers.create(
             reservation,
             meta,

@@ -181,6 +181,7 @@ impl Runtime {
             }
         }
         self.reconcile_network().await;
+        self.release_orphan_leases();
         tracing::info!(
             sandboxes = self.state.sandboxes.len(),
             containers = self.state.containers.len(),
@@ -194,6 +195,26 @@ impl Runtime {
     async fn recover_network(&self, entry: &crate::runtime::SandboxEntry) {
         if let Err(e) = self.detach_network(entry).await {
             tracing::warn!(sandbox = %entry.id(), "recovery: network teardown: {e}");
+        }
+    }
+
+    /// Releases the image leases of containers that have no record: a CreateContainer that
+    /// died between its lease and its record, a removal that died between the two, or a
+    /// record a power cut lost. Such a lease would keep its layers from image GC for good.
+    /// Nothing creates containers while recovery runs.
+    fn release_orphan_leases(&self) {
+        let leases = self.images.leases();
+        for owner in leases.owners() {
+            if self.state.containers.get(&owner).is_ok() {
+                continue;
+            }
+            match leases.release(&owner) {
+                Ok(()) => tracing::warn!(
+                    lease = %owner,
+                    "recovery: released the image lease of a container that has no record"
+                ),
+                Err(e) => tracing::warn!(lease = %owner, "recovery: {e}"),
+            }
         }
     }
 
