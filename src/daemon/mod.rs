@@ -32,15 +32,14 @@ pub const MAX_MESSAGE: usize = 64 << 20;
 /// A name not found stays as it is, looked up at each call as before.
 fn resolve_runtime(config: &mut Config) {
     let bare = config.runtime.components().count() == 1 && config.runtime.is_relative();
-    let found = bare
-        .then(|| {
-            config
-                .runtime
-                .to_str()
-                .and_then(crate::oci::host::find_in_path)
-        })
-        .flatten();
-    if let Some(path) = found {
+    if !bare {
+        return;
+    }
+    if let Some(path) = config
+        .runtime
+        .to_str()
+        .and_then(crate::oci::host::find_in_path)
+    {
         tracing::debug!(runtime = %path.display(), "OCI runtime found in PATH");
         config.runtime = path;
     }

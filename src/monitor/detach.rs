@@ -74,6 +74,16 @@ pub fn fork() -> Result<Side> {
     }
 }
 
+/// [`fork`], and in the child [`new_session`]: the monitor's (or a spare's) way out of the
+/// daemon's process tree.
+pub fn fork_session() -> Result<Side> {
+    let side = fork()?;
+    if side == Side::Child {
+        new_session()?;
+    }
+    Ok(side)
+}
+
 /// In the forked child: a session of its own (no terminal, no signals aimed at the daemon's
 /// process group), the subreaper of everything the container leaves behind, cwd `/`, SIGPIPE
 /// ignored (a gone daemon must not kill us on the sync pipe). A spare does this before its

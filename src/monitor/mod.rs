@@ -102,15 +102,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
     // arguments come later, on a pipe.
     let detached = args.first().is_some_and(|a| a == standby::FLAG);
     let args = if detached {
-        let waited = detach::fork().and_then(|side| match side {
+        let waited = detach::fork_session().and_then(|side| match side {
             detach::Side::Parent => Ok(None),
-            detach::Side::Child => detach::new_session()
-                .and_then(|()| standby::wait_for_args())
-                .map(Some),
+            detach::Side::Child => standby::wait_for_args(),
         });
         match waited {
-            Ok(Some(Some(args))) => args,
-            Ok(Some(None) | None) => return 0,
+            Ok(Some(args)) => args,
+            Ok(None) => return 0,
             Err(e) => {
                 eprintln!("bosun monitor: {e}");
                 return 1;
@@ -147,13 +145,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
     };
     if !detached {
-        let session = detach::fork().and_then(|side| match side {
-            detach::Side::Parent => Ok(false),
-            detach::Side::Child => detach::new_session().map(|()| true),
-        });
-        match session {
-            Ok(true) => {}
-            Ok(false) => return 0,
+        match detach::fork_session() {
+            Ok(detach::Side::Child) => {}
+            Ok(detach::Side::Parent) => return 0,
             Err(e) => {
                 fail(&e);
                 sync.fail(&e.to_string());

@@ -137,10 +137,11 @@ pub async fn launch_with(args: &MonitorArgs, slot: Option<&Arc<SpareSlot>>) -> R
     let program = match &args.program {
         Some(p) => p.clone(),
         None => std::env::current_exe().map_err(|e| {
-            Error::internal(format!(
-                "container {}: start monitor: current executable: {e}",
-                args.id
-            ))
+            start_error(
+                &args.id,
+                ErrorKind::Internal,
+                format!("current executable: {e}"),
+            )
         })?,
     };
     let argv = args.argv();
@@ -163,10 +164,7 @@ async fn report(
     program: &Path,
     spawned: std::io::Result<Spawned>,
 ) -> Result<Launched> {
-    let id = &args.id;
-    let fail = |kind: ErrorKind, msg: String| {
-        Error::new(kind, format!("container {id}: start monitor: {msg}"))
-    };
+    let fail = |kind: ErrorKind, msg: String| start_error(&args.id, kind, msg);
     let Spawned {
         mut child,
         sync: read,
@@ -266,6 +264,11 @@ async fn report(
         };
         fail(ErrorKind::Internal, msg)
     })
+}
+
+/// A failed start of container `id`'s monitor.
+fn start_error(id: &str, kind: ErrorKind, msg: String) -> Error {
+    Error::new(kind, format!("container {id}: start monitor: {msg}"))
 }
 
 /// The exit of the process we spawned; never resolves when there is none (a spare's).
