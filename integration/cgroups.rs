@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cgroup::{self, Driver};
@@ -20,6 +20,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "cgroups::kill_at_the_deadline_reaches_every_process_of_the_cgroup",
             NEEDS,
             kill_reaches_every_process,
+        ),
+        trial(
+            "cgroups::starts_and_execs_warm_the_migration_lock_from_the_daemons_own_cgroup",
+            NEEDS,
+            warm_from_own_cgroup,
         ),
     ]
 }
@@ -213,5 +218,57 @@ fn kill_reaches_every_process() -> Result<()> {
             cri::remove_pod(&mut rt, &pod.id).await
         }),
     )?;
+    cri::assert_clean(&d)
+}
+
+/// StartContainer and ExecSync each first write the daemon into the cgroup it is already in
+/// (so that runc's cgroup join finds the kernel's RCU grace period under way or over): the
+/// daemon found its own cgroup at start, each write succeeded, and it never moved.
+fn warm_from_own_cgroup() -> Result<()> {
+    let d = cri::daemon()?;
+    let busybox = cri::import(&d, "busybox")?;
+    let daemon = d.pid().context("daemon pid")?;
+    let own = || std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap_or_default();
+    let before = own();
+    let log = d.log();
+    let procs = log
+        .lines()
+        .find(|l| l.contains("cgroup warming on"))
+        .and_then(|l| l.split("procs=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .with_context(|| format!("no 'cgroup warming on' in the daemon log:\n{log}"))?
+        .to_string();
+    let listed = std::fs::read_to_string(&procs).unwrap_or_default();
+    ensure!(
+        listed.lines().any(|l| l.trim() == daemon.to_string()),
+        "{procs} does not list daemon {daemon}"
+    );
+    let warmed = |d: &Daemon| d.log().matches("cgroup migration lock warmed").count();
+    let at_start = warmed(&d);
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "warm")).await?;
+            let c = cri::sh_config(&pod, "w", &busybox, "exec sleep 1000");
+            let id = cri::create_start(&mut rt, &pod, &c).await?;
+            wait_until(10, || warmed(&d) > at_start);
+            let out = cri::exec(&mut rt, &id, &["true"], 10).await?;
+            ensure!(out.exit_code == 0, "exec true: {out:?}");
+            wait_until(10, || warmed(&d) > at_start + 1);
+            cri::remove_pod(&mut rt, &pod.id).await
+        }),
+    )?;
+    let log = d.log();
+    ensure!(
+        !log.contains("cgroup warming off"),
+        "warming went off:\n{log}"
+    );
+    ensure!(
+        warmed(&d) >= at_start + 2,
+        "{} warming writes for one start and one exec",
+        warmed(&d) - at_start
+    );
+    ensure!(own() == before, "the daemon moved: {before} -> {}", own());
     cri::assert_clean(&d)
 }

@@ -10,6 +10,7 @@ mod parse;
 pub mod path;
 mod v1;
 mod v2;
+pub mod warm;
 
 #[cfg(test)]
 mod v1_tests;

@@ -502,6 +502,8 @@ impl Runtime {
                 "container {id}: exec: container is {st:?}"
             )));
         }
+        // `runc exec` joins the container's cgroups: its grace period starts now (see start).
+        self.warmer.warm();
         let mut process = (*self.exec_base(&entry).await?).clone();
         process.set_args(Some(cmd));
         Ok((id, process))

@@ -43,6 +43,8 @@ pub struct Runtime {
     pub(super) stats: super::stats::StatsState,
     /// Removed objects' directories, deleted in the background.
     pub(super) trash: super::trash::Trash,
+    /// Starts the grace period runc's cgroup join waits for, ahead of it (off in unit tests).
+    pub(super) warmer: Arc<crate::cgroups::warm::Warmer>,
     handles: Mutex<HashMap<String, Arc<Handle>>>,
     sandbox_locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
 }
@@ -78,13 +80,15 @@ impl Runtime {
             "node features probed"
         );
         let network = Cni::new(config.network.clone(), config.root.join("network"))?;
-        let rt = Self::with_network(
+        let warmer = crate::cgroups::warm::Warmer::detect(Path::new("/sys/fs/cgroup"));
+        let rt = Self::assemble(
             config,
             images,
             Arc::new(runc),
             Arc::new(ProcessLauncher::default()),
             host,
             Arc::new(network),
+            warmer,
         )?;
         rt.recover().await;
         Ok(rt)
@@ -112,6 +116,19 @@ impl Runtime {
         host: HostFacts,
         network: Arc<dyn Network>,
     ) -> Result<Arc<Runtime>> {
+        let warmer = crate::cgroups::warm::Warmer::default();
+        Self::assemble(config, images, runc, launcher, host, network, warmer)
+    }
+
+    fn assemble(
+        config: Arc<Config>,
+        images: Arc<Images>,
+        runc: Arc<dyn OciRuntime>,
+        launcher: Arc<dyn MonitorLauncher>,
+        host: HostFacts,
+        network: Arc<dyn Network>,
+        warmer: crate::cgroups::warm::Warmer,
+    ) -> Result<Arc<Runtime>> {
         let layout = Layout::new(&config.root, &config.state);
         for dir in [
             layout.volatile.join("sandboxes"),
@@ -134,6 +151,7 @@ impl Runtime {
             events: Default::default(),
             stats: super::stats::StatsState::new(),
             trash,
+            warmer: Arc::new(warmer),
             handles: Mutex::new(HashMap::new()),
             sandbox_locks: Mutex::new(HashMap::new()),
         }))

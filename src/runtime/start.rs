@@ -45,6 +45,8 @@ impl Runtime {
                 sandbox.id()
             )));
         }
+        // runc's cgroup join waits out an RCU grace period; it starts now, beside the monitor.
+        self.warmer.warm();
         // Stamped before `runc run`: a process that exits at once is reaped (and its finish
         // time recorded by the monitor) before the monitor reports.
         let started = now_ns();
