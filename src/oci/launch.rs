@@ -131,31 +131,40 @@ pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
     launch_with(args, None).await
 }
 
-/// [`launch_monitor`], through the spare in `slot` when it has one (see [`SpareSlot`]); the
-/// slot gets its next spare once the report is in.
+/// [`launch_monitor`], through the spare in `slot` when it has one (see [`SpareSlot`]). The
+/// slot is not refilled here: the caller does it ([`restock`]) once its start is done, so the
+/// next spare's exec and start-up take no CPU from this start.
 pub async fn launch_with(args: &MonitorArgs, slot: Option<&Arc<SpareSlot>>) -> Result<Launched> {
-    let program = match &args.program {
-        Some(p) => p.clone(),
-        None => std::env::current_exe().map_err(|e| {
-            start_error(
-                &args.id,
-                ErrorKind::Internal,
-                format!("current executable: {e}"),
-            )
-        })?,
-    };
+    let program = monitor_program(args)?;
     let argv = args.argv();
     // posix_spawn, not fork: nothing of the daemon is copied (issue 13).
     let spawned = match slot {
         Some(slot) => slot.spawn(&program, &argv),
         None => spare::spawn_monitor(&program, &argv),
     };
-    let launched = report(args, &program, spawned).await;
-    // Not before: the new spare's exec and start-up would take CPU from this start's runc.
-    if let Some(slot) = slot {
-        slot.refill_later(&program);
+    report(args, &program, spawned).await
+}
+
+/// Makes the next spare in `slot` in the background for launches like `args`.
+pub fn restock(args: &MonitorArgs, slot: &Arc<SpareSlot>) {
+    match monitor_program(args) {
+        Ok(program) => slot.refill_later(&program),
+        Err(e) => tracing::warn!("no spare monitor: {e}"),
     }
-    launched
+}
+
+/// The binary run as `monitor`: the configured one, else this executable.
+fn monitor_program(args: &MonitorArgs) -> Result<PathBuf> {
+    match &args.program {
+        Some(p) => Ok(p.clone()),
+        None => std::env::current_exe().map_err(|e| {
+            start_error(
+                &args.id,
+                ErrorKind::Internal,
+                format!("current executable: {e}"),
+            )
+        }),
+    }
 }
 
 /// The report of the monitor `spawned` for `args.id`.
@@ -576,8 +585,11 @@ echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
         args.id = "ok".into();
         let cold = launch_with(&args, Some(&slot)).await;
         assert_eq!(cold.map(|l| l.monitor_pid), Ok(1), "no spare yet: spawned");
-        // The next spare is made in the background after each launch.
+        assert!(!slot.is_full(), "a launch does not refill the slot itself");
+        // The next spare is made in the background once asked for.
+        let stock = args.clone();
         let ready = || async {
+            restock(&stock, &slot);
             for _ in 0..500 {
                 if slot.is_full() {
                     return;

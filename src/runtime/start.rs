@@ -52,7 +52,10 @@ impl Runtime {
         let started = now_ns();
         crate::failpoint!("container.start.before-runc");
         let t0 = std::time::Instant::now();
-        let launched = self.run_monitor(&entry).await;
+        let args = self.monitor_args(&entry);
+        // The next spare is made when this start is done, whichever way it ends.
+        let _restock = Restock(self.launcher.as_ref(), &args);
+        let launched = self.run_monitor(&entry, &args).await;
         let launched = match launched {
             Ok(l) => l,
             Err(e) => {
@@ -101,10 +104,8 @@ impl Runtime {
         Ok(())
     }
 
-    /// Launches the monitor of created container `entry` (it runs the container and reports
-    /// its pids), then detaches the mounts staged for it on the host: runc has copied them
-    /// into the container's mount namespace, or failed.
-    async fn run_monitor(&self, entry: &ContainerEntry) -> Result<Launched> {
+    /// The monitor's arguments for created container `entry`.
+    fn monitor_args(&self, entry: &ContainerEntry) -> MonitorArgs {
         let meta = entry.meta();
         let log_path = if meta.log_path.is_empty() {
             PathBuf::from("/dev/null")
@@ -124,11 +125,21 @@ impl Runtime {
         args.stdin_once = meta.request.stdin_once;
         args.tty = meta.request.tty;
         args.systemd_cgroup = self.config.cgroup_driver == crate::config::CgroupDriver::Systemd;
-        let launched = self.launcher.launch(&args).await;
-        let stage = crate::oci::stage::stage_dir(&meta.state_dir);
-        tokio::task::spawn_blocking(move || crate::oci::stage::unstage(&stage))
-            .await
-            .map_err(|e| Error::internal(format!("unstage task: {e}")))??;
+        args
+    }
+
+    /// Launches the monitor of created container `entry` (it runs the container and reports
+    /// its pids), then detaches the mounts staged for it on the host: runc has copied them
+    /// into the container's mount namespace, or failed.
+    async fn run_monitor(&self, entry: &ContainerEntry, args: &MonitorArgs) -> Result<Launched> {
+        let launched = self.launcher.launch(args).await;
+        let stage = crate::oci::stage::stage_dir(&entry.meta().state_dir);
+        // Most containers stage nothing: one stat here, no blocking-pool hop on the path.
+        if std::fs::symlink_metadata(&stage).is_ok() {
+            tokio::task::spawn_blocking(move || crate::oci::stage::unstage(&stage))
+                .await
+                .map_err(|e| Error::internal(format!("unstage task: {e}")))??;
+        }
         launched
     }
 
@@ -158,5 +169,14 @@ impl Runtime {
                 Err(e.with_kind(ErrorKind::Internal))
             }
         }
+    }
+}
+
+/// Asks the launcher for its next spare when dropped: at the end of a start, either way.
+struct Restock<'a>(&'a dyn crate::oci::MonitorLauncher, &'a MonitorArgs);
+
+impl Drop for Restock<'_> {
+    fn drop(&mut self) {
+        self.0.restock(self.1);
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use crate::error::Result;
-use crate::oci::launch::{launch_with, ContainerExit, ExitWatcher, Launched, MonitorArgs};
+use crate::oci::launch::{launch_with, restock, ContainerExit, ExitWatcher, Launched, MonitorArgs};
 use crate::oci::spare::SpareSlot;
 
 /// Starts monitors (which run containers) and waits for containers to exit.
@@ -17,6 +17,9 @@ pub trait MonitorLauncher: Send + Sync {
     /// Resolves when the container watched by `monitor_pid` has exited; see [`ExitWatcher`].
     /// Works for monitors started before a daemon restart.
     async fn wait_exit(&self, id: &str, monitor_pid: i32, exit_file: &Path) -> ContainerExit;
+    /// Gets ready for the next launch like `args` (a spare monitor), in the background; called
+    /// once a start is done, so that this work takes nothing from it.
+    fn restock(&self, _args: &MonitorArgs) {}
 }
 
 /// The real launcher: spawns processes (keeping a spare monitor ready), watches pidfds.
@@ -33,6 +36,10 @@ impl MonitorLauncher for ProcessLauncher {
 
     async fn wait_exit(&self, id: &str, monitor_pid: i32, exit_file: &Path) -> ContainerExit {
         ExitWatcher::new(id, monitor_pid, exit_file).wait().await
+    }
+
+    fn restock(&self, args: &MonitorArgs) {
+        restock(args, &self.spare);
     }
 }
 
