@@ -135,7 +135,9 @@ impl Runtime {
         let launched = self.launcher.launch(args).await;
         let stage = crate::oci::stage::stage_dir(&entry.meta().state_dir);
         // Most containers stage nothing: one stat here, no blocking-pool hop on the path.
-        if std::fs::symlink_metadata(&stage).is_ok() {
+        let absent = std::fs::symlink_metadata(&stage)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        if !absent {
             tokio::task::spawn_blocking(move || crate::oci::stage::unstage(&stage))
                 .await
                 .map_err(|e| Error::internal(format!("unstage task: {e}")))??;
