@@ -35,6 +35,7 @@ fn fixture() -> Fixture {
         Arc::new(FakeLauncher::default()),
         HostFacts::default(),
         net.clone(),
+        crate::cgroups::warm::Warmer::default(),
     )
     .expect("runtime");
     Fixture { dir, rt, net }

@@ -10,6 +10,7 @@ use super::paths::Layout;
 use super::status::{ContainerState, SandboxState};
 use super::store::StateDir;
 use super::table::Filter;
+use crate::cgroups::warm::Warmer;
 use crate::config::Config;
 use crate::error::{Error, Result, ResultExt};
 use crate::image::service::Images;
@@ -44,7 +45,7 @@ pub struct Runtime {
     /// Removed objects' directories, deleted in the background.
     pub(super) trash: super::trash::Trash,
     /// Starts the grace period runc's cgroup join waits for, ahead of it (off in unit tests).
-    pub(super) warmer: Arc<crate::cgroups::warm::Warmer>,
+    pub(super) warmer: Arc<Warmer>,
     handles: Mutex<HashMap<String, Arc<Handle>>>,
     sandbox_locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
 }
@@ -80,8 +81,8 @@ impl Runtime {
             "node features probed"
         );
         let network = Cni::new(config.network.clone(), config.root.join("network"))?;
-        let warmer = crate::cgroups::warm::Warmer::detect(Path::new("/sys/fs/cgroup"));
-        let rt = Self::assemble(
+        let warmer = Warmer::detect(Path::new("/sys/fs/cgroup"));
+        let rt = Self::with_network(
             config,
             images,
             Arc::new(runc),
@@ -104,10 +105,19 @@ impl Runtime {
         host: HostFacts,
     ) -> Result<Arc<Runtime>> {
         let network = Arc::new(FakeNetwork::default());
-        Self::with_network(config, images, runc, launcher, host, network)
+        Self::with_network(
+            config,
+            images,
+            runc,
+            launcher,
+            host,
+            network,
+            Warmer::default(),
+        )
     }
 
-    /// [`Runtime::with_parts`] with an explicit network.
+    /// [`Runtime::with_parts`] with an explicit network and cgroup warmer (unit tests: an
+    /// off one, `Warmer::default()`).
     pub fn with_network(
         config: Arc<Config>,
         images: Arc<Images>,
@@ -115,19 +125,7 @@ impl Runtime {
         launcher: Arc<dyn MonitorLauncher>,
         host: HostFacts,
         network: Arc<dyn Network>,
-    ) -> Result<Arc<Runtime>> {
-        let warmer = crate::cgroups::warm::Warmer::default();
-        Self::assemble(config, images, runc, launcher, host, network, warmer)
-    }
-
-    fn assemble(
-        config: Arc<Config>,
-        images: Arc<Images>,
-        runc: Arc<dyn OciRuntime>,
-        launcher: Arc<dyn MonitorLauncher>,
-        host: HostFacts,
-        network: Arc<dyn Network>,
-        warmer: crate::cgroups::warm::Warmer,
+        warmer: Warmer,
     ) -> Result<Arc<Runtime>> {
         let layout = Layout::new(&config.root, &config.state);
         for dir in [
