@@ -566,10 +566,15 @@ pub async fn wait_log(
 ) -> Result<Vec<LogLine>> {
     let deadline = Instant::now() + super::scaled(Duration::from_secs(secs));
     loop {
-        let log = if path.exists() {
-            read_log(path)?
-        } else {
-            Vec::new()
+        // The monitor may be writing a record right now: a reader (like the kubelet's) takes
+        // only the lines that have ended, and sees the rest when they have.
+        let log = match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let whole = text.rfind('\n').map_or("", |end| &text[..=end]);
+                parse_log(whole).with_context(|| format!("log {}", path.display()))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).with_context(|| format!("read log {}", path.display())),
         };
         if pred(&lines_of(&log, "stdout")) {
             return Ok(log);
