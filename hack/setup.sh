@@ -43,6 +43,19 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${PAC
 qemu_suite=()
 if dpkg-query -W -f '${Version}' qemu-utils 2>/dev/null | grep -q '~bpo'; then
   qemu_suite=(-t bookworm-backports)
+  # A machine can carry backports' qemu-utils without the suite in its sources: add it (Debian's
+  # own mirror, the same keyring) so qemu-system-x86 can match it.
+  if ! apt-cache policy 2>/dev/null | grep -q 'bookworm-backports'; then
+    echo "setup: adding bookworm-backports to apt's sources for qemu-system-x86"
+    cat >/etc/apt/sources.list.d/bosun-backports.sources <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    apt-get update
+  fi
 fi
 echo "setup: installing the VM lane's packages: ${VM_PACKAGES[*]} ${qemu_suite[*]}"
 DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${qemu_suite[@]}" "${VM_PACKAGES[@]}"
