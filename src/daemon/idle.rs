@@ -38,8 +38,10 @@ pub fn spawn(metrics: Arc<Metrics>) {
 async fn shed() {
     let started = Instant::now();
     match tokio::task::spawn_blocking(crate::sys::trim::shed_startup_pages).await {
-        Ok(()) => tracing::debug!(
+        Ok(shed) => tracing::debug!(
             took_us = started.elapsed().as_micros() as u64,
+            rss_file_kib_before = shed.file_kib_before,
+            rss_file_kib_after = shed.file_kib_after,
             "idle: freed heap and clean file pages given back"
         ),
         Err(e) => tracing::warn!("idle: giving memory back failed: {e}"),

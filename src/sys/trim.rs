@@ -1,17 +1,30 @@
 //! Giving memory back: freed heap, and the clean file pages startup or a burst of work touched.
 
+/// What a shed did: the process's `RssFile` (file pages mapped) just before and just after it,
+/// in KiB, when `/proc/self/status` could be read. Pages faulted back in afterwards (by the next
+/// call, or by the kernel mapping a whole large folio on one fault) are not its doing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shed {
+    pub file_kib_before: Option<u64>,
+    pub file_kib_after: Option<u64>,
+}
+
 /// Returns freed heap to the kernel and unmaps the clean file pages touched so far (startup's
 /// runtime init, argument parsing, runc spawn, JSON; a daemon's burst of calls): they stay in
-/// the page cache and fault back in if used again. Only private file mappings without a single anonymous (copied-on-write) page
-/// are dropped, so what they read back is exactly what was there; relocated data (RELRO,
-/// `.data`) always has anonymous pages and is never touched.
-pub fn shed_startup_pages() {
+/// the page cache and fault back in if used again. Only private file mappings without a single
+/// anonymous (copied-on-write) page are dropped, so what they read back is exactly what was
+/// there; relocated data (RELRO, `.data`) always has anonymous pages and is never touched.
+pub fn shed_startup_pages() -> Shed {
     // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
     unsafe {
         libc::malloc_trim(0);
     }
+    let file_kib_before = rss_file_kib();
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-        return;
+        return Shed {
+            file_kib_before,
+            file_kib_after: None,
+        };
     };
     for (start, end) in clean_file_mappings(&smaps) {
         // SAFETY: the range is a private, read-only file mapping with no anonymous page:
@@ -21,6 +34,23 @@ pub fn shed_startup_pages() {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
         }
     }
+    Shed {
+        file_kib_before,
+        file_kib_after: rss_file_kib(),
+    }
+}
+
+/// `RssFile` of this process in KiB.
+fn rss_file_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_rss_file_kib(&status)
+}
+
+fn parse_rss_file_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssFile:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// `(start, end)` of the read-only, private, file-backed mappings with `Anonymous: 0 kB`.
@@ -93,7 +123,19 @@ Anonymous:             0 kB
     #[test]
     fn shedding_keeps_the_process_working() {
         let before = format!("{:?}", vec![1, 2, 3]);
-        shed_startup_pages();
+        let shed = shed_startup_pages();
         assert_eq!(format!("{:?}", vec![1, 2, 3]), before);
+        let (Some(b), Some(a)) = (shed.file_kib_before, shed.file_kib_after) else {
+            panic!("RssFile unread: {shed:?}");
+        };
+        assert!(a < b, "nothing unmapped: {shed:?}");
+    }
+
+    #[test]
+    fn rss_file_is_read_from_status() {
+        let status =
+            "Name:\tbosun\nRssAnon:\t    1200 kB\nRssFile:\t    8404 kB\nRssShmem:\t       0 kB\n";
+        assert_eq!(parse_rss_file_kib(status), Some(8404));
+        assert_eq!(parse_rss_file_kib("Name:\tx\n"), None);
     }
 }
