@@ -22,12 +22,13 @@ const SHARED_CHAINS: [&str; 3] = [
     "CNI-HOSTPORT-SETMARK",
     "CNI-HOSTPORT-MASQ",
 ];
-/// Subnets handed out in this process; the forwarding sysctl before the first network; how
-/// many networks are alive.
+/// Subnets handed out in this process; the forwarding sysctl and whether nftables had a
+/// `table ip nat` before the first network; how many networks are alive.
 struct Registry {
     subnets: HashSet<(u8, u8)>,
     forward_before: Option<String>,
     forward6_before: Option<String>,
+    nat_before: Option<bool>,
     alive: usize,
 }
 
@@ -38,6 +39,7 @@ fn registry() -> &'static Mutex<Registry> {
             subnets: HashSet::new(),
             forward_before: None,
             forward6_before: None,
+            nat_before: None,
             alive: 0,
         })
     })
@@ -102,6 +104,7 @@ impl TestNet {
         if r.alive == 0 && r.forward_before.is_none() {
             r.forward_before = std::fs::read_to_string(FORWARD).ok();
             r.forward6_before = std::fs::read_to_string(FORWARD6).ok();
+            r.nat_before = Some(nat_table_exists());
         }
         r.alive += 1;
         Ok(net)
@@ -428,7 +431,40 @@ impl TestNet {
             if let Some(before) = r.forward6_before.take() {
                 let _ = std::fs::write(FORWARD6, before);
             }
+            if r.nat_before.take() == Some(false) {
+                remove_empty_nat_table();
+            }
         }
+    }
+}
+
+fn nat_table_exists() -> bool {
+    Command::new("nft")
+        .args(["list", "table", "ip", "nat"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The `table ip nat` the CNI plugins' iptables (nft backend) made, once no rule is left in it:
+/// iptables deletes its chains' rules and its own chains but never the table.
+fn remove_empty_nat_table() {
+    let empty = Command::new("nft")
+        .args(["-j", "list", "table", "ip", "nat"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+        .and_then(|v| {
+            let items = v.get("nftables")?.as_array()?.clone();
+            Some(!items.iter().any(|i| {
+                i.get("rule").is_some() || i.get("set").is_some() || i.get("map").is_some()
+            }))
+        })
+        .unwrap_or(false);
+    if empty {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "ip", "nat"])
+            .output();
     }
 }
 
