@@ -449,8 +449,14 @@ fn exit_codes() -> Result<()> {
                 .err()
                 .context("StartContainer of a missing binary succeeded")?;
             eprintln!("StartContainer of a missing binary: {err:#}");
+            let code = err
+                .downcast_ref::<tonic::Status>()
+                .map(|s| s.code())
+                .context("StartContainer's error is no gRPC status")?;
             ensure!(
-                format!("{err:#}").contains("no-such-binary") && format!("{err:#}").contains(&id),
+                code == tonic::Code::FailedPrecondition
+                    && format!("{err:#}").contains("no-such-binary")
+                    && format!("{err:#}").contains(&id),
                 "{err:#}"
             );
             let s = cri::status(&mut rt, &id).await?;

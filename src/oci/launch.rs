@@ -259,11 +259,11 @@ async fn report(
                     format!("{status}: {stderr}")
                 }
             });
-            return Err(fail(ErrorKind::Internal, msg));
+            return Err(fail(failure_kind(&msg), msg));
         }
     };
     if let Some(msg) = sync_error(&line) {
-        return Err(fail(ErrorKind::Internal, msg));
+        return Err(fail(failure_kind(&msg), msg));
     }
     serde_json::from_str::<Launched>(line.trim()).map_err(|e| {
         let msg = if line.is_empty() {
@@ -273,6 +273,23 @@ async fn report(
         };
         fail(ErrorKind::Internal, msg)
     })
+}
+
+/// The kind of a failed start as the monitor reported it: FailedPrecondition when runc could
+/// not start the container's own process (its executable missing or not executable in the
+/// image, its working directory unusable): the caller's container cannot run as configured,
+/// and the same call fails the same way again. Internal for anything else (runc, the node).
+fn failure_kind(msg: &str) -> ErrorKind {
+    const PROCESS: [&str; 3] = [
+        "unable to start container process: exec: ",
+        "exec format error",
+        "set in config.json failed",
+    ];
+    if PROCESS.iter().any(|p| msg.contains(p)) {
+        ErrorKind::FailedPrecondition
+    } else {
+        ErrorKind::Internal
+    }
 }
 
 /// A failed start of container `id`'s monitor.
@@ -504,6 +521,41 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
             init_pid: 22,
         };
         assert_eq!(got, Ok(want));
+    }
+
+    #[tokio::test]
+    async fn a_process_that_cannot_start_is_the_callers_precondition() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let exec = r#"runc run failed: unable to start container process: exec: \"/nope\": stat /nope: no such file or directory"#;
+        let args = program(dir.path(), &format!("echo '{{\"error\": \"{exec}\"}}' >&3"));
+        let e = launch_monitor(&args).await.expect_err("error");
+        assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+        assert!(e.to_string().contains("/nope"), "{e}");
+        for (msg, kind) in [
+            (
+                r#"unable to start container process: exec: "sh": executable file not found in $PATH"#,
+                ErrorKind::FailedPrecondition,
+            ),
+            (
+                "unable to start container process: exec: \"/etc/passwd\": permission denied",
+                ErrorKind::FailedPrecondition,
+            ),
+            (
+                "exec /bin/x: exec format error",
+                ErrorKind::FailedPrecondition,
+            ),
+            (
+                r#"chdir to cwd ("/etc/passwd") set in config.json failed: not a directory"#,
+                ErrorKind::FailedPrecondition,
+            ),
+            (
+                "runc create: cgroup: permission denied",
+                ErrorKind::Internal,
+            ),
+            ("ended without a report", ErrorKind::Internal),
+        ] {
+            assert_eq!(failure_kind(msg), kind, "{msg}");
+        }
     }
 
     #[tokio::test]

@@ -72,7 +72,14 @@ impl Runtime {
                         tracing::warn!(container = %id, "start failed: runc delete: {e}");
                     }
                 }
-                return Err(e.with_kind(ErrorKind::Internal));
+                // The container's own process that cannot start (its executable missing from
+                // the image) is the caller's; a monitor that timed out is the node's, never the
+                // caller's deadline.
+                let kind = match e.kind() {
+                    ErrorKind::FailedPrecondition => ErrorKind::FailedPrecondition,
+                    _ => ErrorKind::Internal,
+                };
+                return Err(e.with_kind(kind));
             }
         };
         let monitor_us = t0.elapsed().as_micros() as u64;
