@@ -37,7 +37,7 @@ pub fn spawn(metrics: Arc<Metrics>) {
 
 async fn shed() {
     let started = Instant::now();
-    match tokio::task::spawn_blocking(crate::sys::trim::shed_startup_pages).await {
+    match tokio::task::spawn_blocking(crate::sys::trim::shed_measured).await {
         Ok(shed) => tracing::debug!(
             took_us = started.elapsed().as_micros() as u64,
             rss_file_kib_before = shed.file_kib_before,

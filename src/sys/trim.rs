@@ -14,17 +14,13 @@ pub struct Shed {
 /// the page cache and fault back in if used again. Only private file mappings without a single
 /// anonymous (copied-on-write) page are dropped, so what they read back is exactly what was
 /// there; relocated data (RELRO, `.data`) always has anonymous pages and is never touched.
-pub fn shed_startup_pages() -> Shed {
+pub fn shed_startup_pages() {
     // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
     unsafe {
         libc::malloc_trim(0);
     }
-    let file_kib_before = rss_file_kib();
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-        return Shed {
-            file_kib_before,
-            file_kib_after: None,
-        };
+        return;
     };
     for (start, end) in clean_file_mappings(&smaps) {
         // SAFETY: the range is a private, read-only file mapping with no anonymous page:
@@ -34,6 +30,13 @@ pub fn shed_startup_pages() -> Shed {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
         }
     }
+}
+
+/// [`shed_startup_pages`], with `RssFile` read just before and just after (the daemon's idle
+/// shed logs both; a monitor's start path skips the two reads).
+pub fn shed_measured() -> Shed {
+    let file_kib_before = rss_file_kib();
+    shed_startup_pages();
     Shed {
         file_kib_before,
         file_kib_after: rss_file_kib(),
@@ -123,7 +126,7 @@ Anonymous:             0 kB
     #[test]
     fn shedding_keeps_the_process_working() {
         let before = format!("{:?}", vec![1, 2, 3]);
-        let shed = shed_startup_pages();
+        let shed = shed_measured();
         assert_eq!(format!("{:?}", vec![1, 2, 3]), before);
         let (Some(b), Some(a)) = (shed.file_kib_before, shed.file_kib_after) else {
             panic!("RssFile unread: {shed:?}");
