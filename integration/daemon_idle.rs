@@ -18,11 +18,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// libraries) mapped into it.
 fn rss_file_kib(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssFile:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no RssFile in /proc/<pid>/status")
+    bosun::sys::trim::parse_rss_file_kib(&status).context("no RssFile in /proc/<pid>/status")
 }
 
 /// A burst of different calls (each faults in the code that serves it).

@@ -234,14 +234,7 @@ impl TestNet {
 
     /// `nft -j list table inet <name>`, parsed; `None` when the table does not exist.
     pub fn nft_table(&self) -> Option<serde_json::Value> {
-        let o = Command::new("nft")
-            .args(["-j", "list", "table", "inet", &self.name])
-            .output()
-            .ok()?;
-        if !o.status.success() {
-            return None;
-        }
-        serde_json::from_slice(&o.stdout).ok()
+        nft_list_table("inet", &self.name)
     }
 
     /// The hostPort map elements of the table, one `map: element JSON` each.
@@ -438,24 +431,28 @@ impl TestNet {
     }
 }
 
-fn nat_table_exists() -> bool {
-    Command::new("nft")
-        .args(["list", "table", "ip", "nat"])
+/// `nft -j list table <family> <name>`, parsed; `None` when the table does not exist.
+fn nft_list_table(family: &str, name: &str) -> Option<serde_json::Value> {
+    let o = Command::new("nft")
+        .args(["-j", "list", "table", family, name])
         .output()
-        .is_ok_and(|o| o.status.success())
+        .ok()?;
+    if !o.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&o.stdout).ok()
+}
+
+fn nat_table_exists() -> bool {
+    nft_list_table("ip", "nat").is_some()
 }
 
 /// The `table ip nat` the CNI plugins' iptables (nft backend) made, once no rule is left in it:
 /// iptables deletes its chains' rules and its own chains but never the table.
 fn remove_empty_nat_table() {
-    let empty = Command::new("nft")
-        .args(["-j", "list", "table", "ip", "nat"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+    let empty = nft_list_table("ip", "nat")
         .and_then(|v| {
-            let items = v.get("nftables")?.as_array()?.clone();
+            let items = v.get("nftables")?.as_array()?;
             Some(!items.iter().any(|i| {
                 i.get("rule").is_some() || i.get("set").is_some() || i.get("map").is_some()
             }))

@@ -49,7 +49,8 @@ fn rss_file_kib() -> Option<u64> {
     parse_rss_file_kib(&status)
 }
 
-fn parse_rss_file_kib(status: &str) -> Option<u64> {
+/// `RssFile` in KiB from a `/proc/<pid>/status` text.
+pub fn parse_rss_file_kib(status: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("RssFile:"))
