@@ -202,11 +202,19 @@ impl Daemon {
         Ok(())
     }
 
-    /// Waits up to `secs` for the daemon's socket to accept connections.
+    /// Waits up to `secs` for the daemon's socket to accept connections: a launched daemon's
+    /// own listener, not the previous daemon's. That one can outlive its SIGKILL for a moment
+    /// in a child forked just before and not yet exec'd, and accepts connections nobody serves.
     pub fn wait_serving(&self, secs: u64) -> anyhow::Result<()> {
         let socket = self.socket();
+        let launched = self.child.as_ref().map(Child::id);
         if !wait_until(secs, || {
-            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+            std::os::unix::net::UnixStream::connect(&socket).is_ok_and(|s| {
+                let listener = rustix::net::sockopt::socket_peercred(&s).ok();
+                launched.is_none_or(|pid| {
+                    listener.is_some_and(|c| c.pid.as_raw_nonzero().get() as u32 == pid)
+                })
+            })
         }) {
             bail!("daemon did not come up; log:\n{}", self.log());
         }
