@@ -57,7 +57,11 @@ fn tail(path: &Path) -> String {
 
 /// A temp dir under /var/tmp (ext4, so overlay works); on drop, whatever is mounted below it is
 /// unmounted, then it is removed.
-pub struct Scratch(tempfile::TempDir);
+pub struct Scratch {
+    dir: tempfile::TempDir,
+    /// `<dir>/state` when it is a tmpfs of the scratch's own (unmounted last, not a leftover).
+    tmpfs: Option<PathBuf>,
+}
 
 impl Scratch {
     pub fn new(what: &str) -> anyhow::Result<Scratch> {
@@ -65,18 +69,37 @@ impl Scratch {
             .prefix(&format!("{MARK}-{what}-"))
             .tempdir_in("/var/tmp")
             .context("create scratch dir in /var/tmp")?;
-        Ok(Scratch(dir))
+        Ok(Scratch { dir, tmpfs: None })
+    }
+
+    /// A runtime's scratch dir whose `state` dir is a tmpfs: both runtimes keep their volatile
+    /// state under /run by default (/run/bosun, /run/containerd, and containerd's runc root is
+    /// /run/containerd/runc whatever its config says), a tmpfs on every node they run on.
+    pub fn with_volatile_state(what: &str) -> anyhow::Result<Scratch> {
+        let mut scratch = Scratch::new(what)?;
+        let state = scratch.path().join("state");
+        std::fs::create_dir(&state)?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1g,mode=0711", "tmpfs"])
+            .arg(&state)
+            .status()
+            .is_ok_and(|s| s.success());
+        anyhow::ensure!(ok, "mount a tmpfs on {}", state.display());
+        scratch.tmpfs = Some(state);
+        Ok(scratch)
     }
 
     pub fn path(&self) -> &Path {
-        self.0.path()
+        self.dir.path()
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         for mnt in procs::mounts_below(self.path()) {
-            eprintln!("pods bench: unmounting leftover {}", mnt.display());
+            if Some(&mnt) != self.tmpfs.as_ref() {
+                eprintln!("pods bench: unmounting leftover {}", mnt.display());
+            }
             let ok = Command::new("umount")
                 .arg(&mnt)
                 .status()
@@ -181,7 +204,7 @@ impl Kind {
     }
 }
 
-/// A fresh daemon of either kind on its own temp root, state and socket.
+/// A fresh daemon of either kind on its own temp root and socket, its state on a tmpfs.
 pub struct Daemon {
     pub kind: Kind,
     // Fields drop in order: the client hangs up, the process stops, leftovers are swept, then
@@ -196,7 +219,7 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `kind`; `cni` gives containerd a bridge network for pods with their own netns.
     pub async fn start(kind: Kind, cni: bool) -> anyhow::Result<Daemon> {
-        let dir = Scratch::new(kind.name())?;
+        let dir = Scratch::with_volatile_state(kind.name())?;
         let log = std::fs::File::create(dir.path().join("daemon.log"))?;
         let mut cmd = match kind {
             Kind::Bosun => bosun_command(dir.path())?,

@@ -336,7 +336,8 @@ fn header(opts: &Opts, cni: bool) -> String {
     [
         format!(
             "Latency rows: p50/p95 over {} pods per series (each runtime in a fresh daemon on \
-             its own temp root, state and socket, busybox imported; one untimed warm-up pod). \
+             its own temp root and socket, its state dir on a tmpfs of its own as /run is on a \
+             node, busybox imported; one untimed warm-up pod). \
              Memory at {:?} running pods (one `sleep 3600` each). ListContainers over {} \
              calls with {} × {} created containers.{}",
             opts.pods,
