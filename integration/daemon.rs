@@ -170,7 +170,23 @@ fn sigterm_exits_zero_and_stale_socket_is_replaced() -> anyhow::Result<()> {
     d.restart()?;
     d.kill9();
     ensure!(d.socket().exists(), "a crash leaves the socket behind");
+    // The crashed daemon's listener can outlive it for a moment in a child it forked that has
+    // not exec'd yet: connections succeed and nobody serves them. The harness must not take
+    // that listener (here the test's own) for the restarted daemon's.
+    std::fs::remove_file(d.socket())?;
+    let stale = std::os::unix::net::UnixListener::bind(d.socket())?;
     d.restart()?;
+    let conn = std::os::unix::net::UnixStream::connect(d.socket())?;
+    let peer = rustix::net::sockopt::socket_peercred(&conn)?
+        .pid
+        .as_raw_nonzero()
+        .get();
+    ensure!(
+        u32::try_from(peer).ok() == d.pid(),
+        "serving: the listener of pid {peer}, not the daemon {:?}",
+        d.pid()
+    );
+    drop(stale);
     block_on(async {
         d.runtime()
             .await?
