@@ -38,9 +38,13 @@ impl OomCounter {
         let cgroups_path = spec["linux"]["cgroupsPath"].as_str().unwrap_or("");
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let mut counter = Self::locate(Path::new("/sys/fs/cgroup"), cgroups_path, id, &own)?;
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        if local_events_only(&mounts) {
-            counter.parent = None;
+        // The mount table grows with every pod (pinned namespaces, rootfs overlays): read it
+        // only where it can change the answer, not in every monitor.
+        if counter.parent.is_some() {
+            let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+            if local_events_only(&mounts) {
+                counter.parent = None;
+            }
         }
         Ok(counter)
     }
