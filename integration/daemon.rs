@@ -177,13 +177,10 @@ fn sigterm_exits_zero_and_stale_socket_is_replaced() -> anyhow::Result<()> {
     let stale = std::os::unix::net::UnixListener::bind(d.socket())?;
     d.restart()?;
     let conn = std::os::unix::net::UnixStream::connect(d.socket())?;
-    let peer = rustix::net::sockopt::socket_peercred(&conn)?
-        .pid
-        .as_raw_nonzero()
-        .get();
+    let peer = crate::support::daemon::listener_pid(&conn);
     ensure!(
-        u32::try_from(peer).ok() == d.pid(),
-        "serving: the listener of pid {peer}, not the daemon {:?}",
+        peer == d.pid(),
+        "serving: the listener of pid {peer:?}, not the daemon {:?}",
         d.pid()
     );
     drop(stale);

@@ -209,12 +209,8 @@ impl Daemon {
         let socket = self.socket();
         let launched = self.child.as_ref().map(Child::id);
         if !wait_until(secs, || {
-            std::os::unix::net::UnixStream::connect(&socket).is_ok_and(|s| {
-                let listener = rustix::net::sockopt::socket_peercred(&s).ok();
-                launched.is_none_or(|pid| {
-                    listener.is_some_and(|c| c.pid.as_raw_nonzero().get() as u32 == pid)
-                })
-            })
+            std::os::unix::net::UnixStream::connect(&socket)
+                .is_ok_and(|s| launched.is_none_or(|pid| listener_pid(&s) == Some(pid)))
         }) {
             bail!("daemon did not come up; log:\n{}", self.log());
         }
@@ -459,4 +455,10 @@ impl Drop for Daemon {
             );
         }
     }
+}
+
+/// The pid of the process that listens at the other end of `conn` (`SO_PEERCRED`).
+pub fn listener_pid(conn: &std::os::unix::net::UnixStream) -> Option<u32> {
+    let cred = rustix::net::sockopt::socket_peercred(conn).ok()?;
+    u32::try_from(cred.pid.as_raw_nonzero().get()).ok()
 }
