@@ -1,4 +1,4 @@
-//! Pod namespaces (`bosun pinns`, `bosun pod-init`) and pod files with the real kernel (root).
+//! Pod namespaces (pinned from a thread or by `bosun pinns`, `bosun pod-init`) and pod files with the real kernel (root).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -222,7 +222,16 @@ fn pinned() -> Result<()> {
         ("kernel.shmmni".to_string(), "1234".to_string()),
     ]
     .into();
+    // Pinned from a thread of this process (no pid or user namespace): the process and the
+    // calling thread stay in the host's namespaces.
+    let own = own_namespaces()?;
+    let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname")?;
     let ns = PodNamespaces::create(&pod.path(), &opts)?;
+    ensure!(own_namespaces()? == own, "the caller's namespaces changed");
+    ensure!(
+        std::fs::read_to_string("/proc/sys/kernel/hostname")? == host_name,
+        "the host's hostname changed"
+    );
     for (name, file) in [("net", &ns.net), ("ipc", &ns.ipc), ("uts", &ns.uts)] {
         let file = file
             .as_ref()
@@ -262,6 +271,18 @@ fn pinned() -> Result<()> {
     ensure!(!net.exists(), "pinned file left");
     ns.remove()?;
     Ok(())
+}
+
+/// The namespace inodes of this process and of the calling thread.
+fn own_namespaces() -> Result<Vec<u64>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    for dir in ["/proc/self/ns", "/proc/thread-self/ns"] {
+        for kind in ["net", "ipc", "uts", "mnt"] {
+            out.push(std::fs::metadata(format!("{dir}/{kind}"))?.ino());
+        }
+    }
+    Ok(out)
 }
 
 /// Every `sleep` process with its parent pid and NSpid line (for failure messages).

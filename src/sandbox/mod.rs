@@ -48,8 +48,9 @@ pub struct NamespaceOptions {
 
 /// A pod's pinned namespaces and pid holder.
 ///
-/// [`PodNamespaces::create`] runs `bosun pinns` (see [`pinns`]) as a child process (the daemon
-/// never forks) and returns the pinned namespace files and the pid holder (`bosun pod-init`,
+/// [`PodNamespaces::create`] pins them from a short-lived thread of its own or, for a pod pid
+/// or user namespace, runs `bosun pinns` (see [`pinns`]) as a child process (the daemon never
+/// forks), and returns the pinned namespace files and the pid holder (`bosun pod-init`,
 /// PID 1 of the pod's pid namespace, see [`init`]). [`PodNamespaces::open`] finds them again
 /// from the directory alone after a daemon restart; [`PodNamespaces::remove`] is idempotent.
 /// [`PodFiles`] writes `hostname`, `hosts`, `resolv.conf` and mounts the pod's shm tmpfs.
@@ -82,6 +83,18 @@ impl PodNamespaces {
         std::fs::create_dir_all(dir)
             .ctx(|| "create directory")
             .map_err(fail)?;
+        if !opts.pid && opts.uid_map.is_empty() {
+            pinns::pin_from_thread(pinns::thread_args(dir, opts)).map_err(fail)?;
+            let pinned = |on: bool, name: &str| on.then(|| dir.join(name));
+            return Ok(PodNamespaces {
+                dir: dir.to_path_buf(),
+                net: pinned(opts.net, "net"),
+                ipc: pinned(opts.ipc, "ipc"),
+                uts: pinned(opts.uts, "uts"),
+                user: None,
+                pid_holder: None,
+            });
+        }
         let mut cmd = Command::new(
             opts.binary
                 .as_deref()

@@ -23,6 +23,22 @@ pub fn unshare_namespaces(flags: UnshareFlags) -> io::Result<()> {
     unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(io::Error::from)
 }
 
+/// `unshare(2)` of net, IPC and UTS namespace flags in the calling thread only: the thread
+/// moves to the new namespaces, the rest of the process stays where it is. For a thread that
+/// exists only to create namespaces (see `pinns::pin_from_thread`).
+pub fn unshare_thread_namespaces(flags: UnshareFlags) -> io::Result<()> {
+    let allowed = UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS;
+    if !allowed.contains(flags) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "unshare from a thread: only net, ipc and uts namespaces",
+        ));
+    }
+    // SAFETY: net, IPC and UTS namespaces belong to the calling thread (task), so unsharing
+    // them changes nothing that other threads use; no descriptor table or fs state is replaced.
+    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(io::Error::from)
+}
+
 /// Sets `IFF_UP` on `name` in the calling thread's network namespace (SIOCGIFFLAGS/SIOCSIFFLAGS).
 pub fn link_up(name: &str) -> io::Result<()> {
     let sock = rustix::net::socket(
