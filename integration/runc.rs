@@ -84,9 +84,15 @@ fn lifecycle() -> Result<()> {
 fn launch_fails() -> Result<()> {
     let fx = Fixture::with_args("fails", &["/no-such"])?;
     let e = block_on(fx.launch()).expect_err("launch of a bad bundle");
-    let want = format!("container {}: start monitor: ", fx.id);
+    // runc's failure, reported by the monitor: not put down to the monitor.
+    let want = format!("container {}: start: ", fx.id);
     ensure!(e.to_string().starts_with(&want), "{e}");
     ensure!(e.to_string().contains("/no-such"), "{e}");
+    let kind = e.downcast_ref::<bosun::Error>().map(|e| e.kind());
+    ensure!(
+        kind == Some(bosun::ErrorKind::FailedPrecondition),
+        "{kind:?}: {e}"
+    );
     ensure!(!fx.exit_file().exists(), "exit file written");
     fx.finish()
 }

@@ -250,20 +250,21 @@ async fn report(
     let line = match outcome {
         Ok(line) => line,
         Err((status, stderr, sync)) => {
-            let msg = sync_error(&sync).unwrap_or_else(|| {
-                let stderr = stderr.trim();
-                let stderr = stderr.strip_prefix("bosun monitor: ").unwrap_or(stderr);
-                if stderr.is_empty() {
-                    status
-                } else {
-                    format!("{status}: {stderr}")
-                }
-            });
+            if let Some(msg) = sync_error(&sync) {
+                return Err(reported_error(&args.id, msg));
+            }
+            let stderr = stderr.trim();
+            let stderr = stderr.strip_prefix("bosun monitor: ").unwrap_or(stderr);
+            let msg = if stderr.is_empty() {
+                status
+            } else {
+                format!("{status}: {stderr}")
+            };
             return Err(fail(failure_kind(&msg), msg));
         }
     };
     if let Some(msg) = sync_error(&line) {
-        return Err(fail(failure_kind(&msg), msg));
+        return Err(reported_error(&args.id, msg));
     }
     serde_json::from_str::<Launched>(line.trim()).map_err(|e| {
         let msg = if line.is_empty() {
@@ -295,6 +296,13 @@ fn failure_kind(msg: &str) -> ErrorKind {
 /// A failed start of container `id`'s monitor.
 fn start_error(id: &str, kind: ErrorKind, msg: String) -> Error {
     Error::new(kind, format!("container {id}: start monitor: {msg}"))
+}
+
+/// A failed start that the monitor reported (runc's error, or the monitor's own set-up): the
+/// message says what failed, so it is not put down to the monitor (a missing executable in the
+/// image read `start monitor: runc run failed: … exec: "/x": … no such file`).
+fn reported_error(id: &str, msg: String) -> Error {
+    Error::new(failure_kind(&msg), format!("container {id}: start: {msg}"))
 }
 
 /// The exit of the process we spawned; never resolves when there is none (a spare's).
@@ -563,10 +571,7 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
         let dir = tempfile::tempdir().expect("tempdir");
         let args = program(dir.path(), r#"echo '{"error": "runc create: boom"}' >&3"#);
         let e = launch_monitor(&args).await.expect_err("error");
-        assert_eq!(
-            e.to_string(),
-            "container c1: start monitor: runc create: boom"
-        );
+        assert_eq!(e.to_string(), "container c1: start: runc create: boom");
         let args = program(dir.path(), "echo 'bosun monitor: bad flag' >&2; exit 2");
         let e = launch_monitor(&args).await.expect_err("error");
         assert!(e.to_string().ends_with("exit status: 2: bad flag"), "{e}");
@@ -584,6 +589,7 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
     #[tokio::test]
     async fn a_long_failure_message_neither_blocks_nor_floods() {
         let dir = tempfile::tempdir().expect("tempdir");
+        // Cut short at the bound, a report is unreadable: the monitor's own failure.
         for script in [
             // 256 KiB on stderr, then exit 1 (what a 64 KiB log path made the monitor say).
             "head -c 262144 /dev/zero | tr '\\0' x >&2; exit 1",
