@@ -1,4 +1,4 @@
-//! `bosun pinns`: a short-lived, single-threaded child that creates and pins a pod's namespaces.
+//! Pinning a pod's namespaces: from a short-lived daemon thread, or by `bosun pinns`, a short-lived single-threaded child (pods with their own pid or user namespace).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
