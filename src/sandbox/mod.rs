@@ -73,7 +73,7 @@ impl PodNamespaces {
     /// Creates and pins the namespaces under `dir` (created if missing); all or nothing.
     pub fn create(dir: &Path, opts: &NamespaceOptions) -> Result<PodNamespaces> {
         let fail = |e: Error| e.context(format!("pod namespaces in {}", dir.display()));
-        sysctl::validate(&opts.sysctls, opts.net, opts.ipc).map_err(fail)?;
+        let checked = sysctl::validate(&opts.sysctls, opts.net, opts.ipc).map_err(fail)?;
         if let Some(h) = &opts.hostname {
             validate_hostname(h, opts.uts).map_err(fail)?;
         }
@@ -84,7 +84,7 @@ impl PodNamespaces {
             .ctx(|| "create directory")
             .map_err(fail)?;
         if !opts.pid && opts.uid_map.is_empty() {
-            pinns::pin_from_thread(pinns::thread_args(dir, opts)).map_err(fail)?;
+            pinns::pin_from_thread(dir, opts, checked).map_err(fail)?;
             let pinned = |on: bool, name: &str| on.then(|| dir.join(name));
             return Ok(PodNamespaces {
                 dir: dir.to_path_buf(),

@@ -36,6 +36,26 @@ pub struct Args {
     gid_map: String,
 }
 
+impl Args {
+    /// The namespaces pinned under their own name besides `user`, and whether each is wanted.
+    fn pinned_kinds(&self) -> [(&'static str, bool); 3] {
+        [("net", self.net), ("ipc", self.ipc), ("uts", self.uts)]
+    }
+
+    /// The `CLONE_NEW*` flags of the namespaces wanted (the user namespace aside).
+    fn unshare_flags(&self) -> UnshareFlags {
+        [
+            (self.net, UnshareFlags::NEWNET),
+            (self.ipc, UnshareFlags::NEWIPC),
+            (self.uts, UnshareFlags::NEWUTS),
+            (self.pid, UnshareFlags::NEWPID),
+        ]
+        .into_iter()
+        .filter(|(wanted, _)| *wanted)
+        .fold(UnshareFlags::empty(), |f, (_, flag)| f | flag)
+    }
+}
+
 fn parse(args: &[OsString]) -> Result<Args> {
     let mut out = Args::default();
     let mut it = args.iter().map(|a| a.to_str());
@@ -179,21 +199,7 @@ fn run(args: &Args, undo: &mut Undo) -> Result<()> {
     if !args.uid_map.is_empty() {
         return run_in_userns(args, &checked, undo);
     }
-    let mut flags = UnshareFlags::empty();
-    let kinds = [
-        ("net", args.net, UnshareFlags::NEWNET),
-        ("ipc", args.ipc, UnshareFlags::NEWIPC),
-        ("uts", args.uts, UnshareFlags::NEWUTS),
-    ];
-    for (_, wanted, flag) in kinds {
-        if wanted {
-            flags |= flag;
-        }
-    }
-    if args.pid {
-        flags |= UnshareFlags::NEWPID;
-    }
-    sys::unshare_namespaces(flags).ctx(|| "unshare")?;
+    sys::unshare_namespaces(args.unshare_flags()).ctx(|| "unshare")?;
     pin_and_configure(args, &checked, "/proc/self/ns", undo)?;
     if args.pid {
         let pid = spawn_holder(&args.dir, undo)?;
@@ -210,28 +216,12 @@ fn pin_and_configure(
     ns_dir: &str,
     undo: &mut Undo,
 ) -> Result<()> {
-    for (name, wanted) in [("net", args.net), ("ipc", args.ipc), ("uts", args.uts)] {
+    for (name, wanted) in args.pinned_kinds() {
         if wanted {
             pin(&args.dir, name, ns_dir, undo)?;
         }
     }
     configure(args, checked)
-}
-
-/// What [`pin_from_thread`] does for `dir`: the namespaces `opts` asks for, with its hostname
-/// and sysctls.
-pub(super) fn thread_args(dir: &Path, opts: &super::NamespaceOptions) -> Args {
-    Args {
-        dir: dir.to_path_buf(),
-        net: opts.net,
-        ipc: opts.ipc,
-        uts: opts.uts,
-        pid: false,
-        hostname: opts.hostname.clone(),
-        sysctls: opts.sysctls.clone(),
-        uid_map: String::new(),
-        gid_map: String::new(),
-    }
 }
 
 /// Creates and pins a pod's net, IPC and UTS namespaces from a thread of this process that
@@ -240,30 +230,30 @@ pub(super) fn thread_args(dir: &Path, opts: &super::NamespaceOptions) -> Args {
 /// files (this process's mount namespace is the host's), sets them up, and ends. No process is
 /// started: running `bosun pinns` cost each RunPodSandbox an exec of the daemon's binary (50
 /// pods at once took 60-71 ms of machine CPU per pod with it, 48-54 ms without; issue 13). All
-/// or nothing, as `bosun pinns`.
-pub(super) fn pin_from_thread(args: Args) -> Result<()> {
-    if args.pid || !args.uid_map.is_empty() || !args.dir.is_absolute() {
-        return Err(Error::invalid(
-            "pinning from a thread: no pid or user namespace, and an absolute directory",
-        ));
-    }
+/// or nothing, as `bosun pinns`. `dir` is absolute and `checked` what [`sysctl::validate`]
+/// made of `opts.sysctls`; `opts.pid` and `opts.uid_map` are not for this path.
+pub(super) fn pin_from_thread(
+    dir: &Path,
+    opts: &super::NamespaceOptions,
+    checked: Vec<(String, SysctlNs, String)>,
+) -> Result<()> {
+    let args = Args {
+        dir: dir.to_path_buf(),
+        net: opts.net,
+        ipc: opts.ipc,
+        uts: opts.uts,
+        hostname: opts.hostname.clone(),
+        ..Args::default()
+    };
     let thread = std::thread::Builder::new()
         .name("bosun-pinns".into())
         .spawn(move || {
             let mut undo = Undo::default();
-            let res = (|| {
-                let checked = sysctl::validate(&args.sysctls, args.net, args.ipc)?;
-                let flags = [
-                    (args.net, UnshareFlags::NEWNET),
-                    (args.ipc, UnshareFlags::NEWIPC),
-                    (args.uts, UnshareFlags::NEWUTS),
-                ]
-                .into_iter()
-                .filter(|(wanted, _)| *wanted)
-                .fold(UnshareFlags::empty(), |f, (_, flag)| f | flag);
-                sys::unshare_thread_namespaces(flags).ctx(|| "unshare")?;
-                pin_and_configure(&args, &checked, "/proc/thread-self/ns", &mut undo)
-            })();
+            let res = sys::unshare_thread_namespaces(args.unshare_flags())
+                .ctx(|| "unshare")
+                .and_then(|()| {
+                    pin_and_configure(&args, &checked, "/proc/thread-self/ns", &mut undo)
+                });
             if res.is_err() {
                 undo.unwind();
             }
@@ -287,19 +277,9 @@ fn run_in_userns(
     checked: &[(String, SysctlNs, String)],
     undo: &mut Undo,
 ) -> Result<()> {
-    let kinds = [
-        ("net", args.net, UnshareFlags::NEWNET),
-        ("ipc", args.ipc, UnshareFlags::NEWIPC),
-        ("uts", args.uts, UnshareFlags::NEWUTS),
-        ("pid", args.pid, UnshareFlags::NEWPID),
-    ];
-    let flags = kinds
-        .iter()
-        .filter(|k| k.1)
-        .fold(UnshareFlags::empty(), |f, k| f | k.2);
     let mut holder = NsHolder::spawn(
         Path::new("/proc/self/exe"),
-        flags,
+        args.unshare_flags(),
         args.pid.then_some(args.dir.as_path()),
     )?;
     if args.pid {
@@ -310,8 +290,8 @@ fn run_in_userns(
     holder.write_maps(&args.uid_map, &args.gid_map)?;
     let ns_dir = holder.proc_path("ns");
     pin(&args.dir, "user", &ns_dir, undo)?;
-    for (name, wanted, _) in &kinds[..3] {
-        if *wanted {
+    for (name, wanted) in args.pinned_kinds() {
+        if wanted {
             pin(&args.dir, name, &ns_dir, undo)?;
         }
     }

@@ -7,20 +7,15 @@ use std::os::fd::AsRawFd;
 
 use rustix::thread::UnshareFlags;
 
-/// `unshare(2)` of namespace flags only (never `CLONE_FILES`/`CLONE_FS`, which would invalidate
-/// descriptors or the cwd that other code relies on).
+/// `unshare(2)` of net, IPC, UTS and pid namespace flags, for a single-threaded child.
 pub fn unshare_namespaces(flags: UnshareFlags) -> io::Result<()> {
     let allowed =
         UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS | UnshareFlags::NEWPID;
-    if !allowed.contains(flags) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "unshare: only net, ipc, uts and pid namespaces",
-        ));
-    }
-    // SAFETY: only namespace flags are passed (checked above): no descriptor table or fs state
-    // shared with other code is replaced, and this runs in a single-threaded child.
-    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(io::Error::from)
+    unshare_only(
+        flags,
+        allowed,
+        "unshare: only net, ipc, uts and pid namespaces",
+    )
 }
 
 /// `unshare(2)` of net, IPC and UTS namespace flags in the calling thread only: the thread
@@ -28,14 +23,22 @@ pub fn unshare_namespaces(flags: UnshareFlags) -> io::Result<()> {
 /// exists only to create namespaces (see `pinns::pin_from_thread`).
 pub fn unshare_thread_namespaces(flags: UnshareFlags) -> io::Result<()> {
     let allowed = UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS;
+    unshare_only(
+        flags,
+        allowed,
+        "unshare from a thread: only net, ipc and uts namespaces",
+    )
+}
+
+/// `unshare(2)` of `flags` if they are all `allowed` namespace flags (never `CLONE_FILES`/
+/// `CLONE_FS`, which would invalidate descriptors or the cwd that other code relies on).
+fn unshare_only(flags: UnshareFlags, allowed: UnshareFlags, refusal: &str) -> io::Result<()> {
     if !allowed.contains(flags) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "unshare from a thread: only net, ipc and uts namespaces",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, refusal));
     }
-    // SAFETY: net, IPC and UTS namespaces belong to the calling thread (task), so unsharing
-    // them changes nothing that other threads use; no descriptor table or fs state is replaced.
+    // SAFETY: only namespace flags pass the check above. Net, IPC and UTS namespaces belong to
+    // the calling thread (task) and a new pid namespace only to its later children, so no
+    // descriptor table, fs state or namespace that other threads use is replaced.
     unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(io::Error::from)
 }
 
