@@ -23,10 +23,10 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream, Interest, ReadBuf};
 use tokio::sync::{mpsc, watch};
 
-use super::paths;
 use super::service::{require_id, Runtime};
 use super::session::{Session, SessionEnd, StreamRequest, TerminalSize};
-use super::status::ContainerState;
+use super::state::paths;
+use super::state::status::ContainerState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitor::attach_proto::{
     resize_message, IN_STDIN, IN_STDIN_EOF, MAX_STDIN_CHUNK, OUT_READY, OUT_STDERR, OUT_STDOUT,

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::paths;
 use super::service::{require_id, Runtime};
-use super::status::SandboxState;
+use super::state::paths;
+use super::state::status::SandboxState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::oci::NamespaceMode;
 

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use super::events::EventKind;
-use super::meta::{SandboxEntry, SandboxMeta, SandboxRequest};
-use super::paths;
 use super::service::{require_id, Runtime};
-use super::status::{now_ns, SandboxState, SandboxStatus};
-use super::table::Filter;
+use super::state::meta::{SandboxEntry, SandboxMeta, SandboxRequest};
+use super::state::paths;
+use super::state::status::{now_ns, SandboxState, SandboxStatus};
+use super::state::table::Filter;
 use crate::error::{Error, Result};
 use crate::oci::NamespaceMode;
 use crate::sandbox::{DnsConfig, NamespaceOptions, PodFiles, PodFilesConfig, PodNamespaces};
@@ -268,7 +268,7 @@ impl Runtime {
         // the record is moved into the trash (deleted in the background).
         let dir = self.layout.sandbox_dir(&id);
         self.trash
-            .put(super::trash::Bin::Volatile, &dir)
+            .put(super::state::trash::Bin::Volatile, &dir)
             .map_err(|e| e.context(format!("sandbox {id}: remove")))?;
         crate::failpoint!("sandbox.remove.dir");
         self.state.sandboxes.retire(&id, &self.trash)?;

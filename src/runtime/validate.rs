@@ -7,7 +7,7 @@
 
 use std::path::{Component, Path};
 
-use super::meta::{NewContainer, SandboxMeta, SandboxRequest};
+use super::state::meta::{NewContainer, SandboxMeta, SandboxRequest};
 use crate::config::CgroupDriver;
 use crate::error::{echo, Error, Result};
 use crate::oci::resources::HostCpus;

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
+use super::dir::{Meta, Status, CONTAINERS_DIR, META_FILE, SANDBOXES_DIR, STATUS_FILE};
 use super::id;
 use super::status::{reason_for, ContainerState, ContainerStatus, SandboxStatus};
-use super::store::{Meta, Status, CONTAINERS_DIR, META_FILE, SANDBOXES_DIR, STATUS_FILE};
 pub use crate::monitor::exit_record::ExitRecord;
 
 /// One object read back from disk.

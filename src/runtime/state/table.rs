@@ -5,10 +5,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::dir::{Meta, Status, META_FILE, STATUS_FILE};
 use super::id;
 use super::recover::Loaded;
 use super::reserve::{self, Names, Reservation};
-use super::store::{Meta, Status, META_FILE, STATUS_FILE};
 use crate::error::{Error, Result, ResultExt};
 use crate::store::atomic::{sync_dir, write_json_nosync, write_synced};
 

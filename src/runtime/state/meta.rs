@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::dir::Meta;
 use super::status::{ContainerStatus, SandboxStatus};
-use super::store::Meta;
 use super::table::Entry;
 use crate::oci::{ContainerRequest, NamespaceMode, UserNamespace};
 
