@@ -1,7 +1,7 @@
 //! Runtime domain: sandboxes and containers on runc, their on-disk state and crash recovery.
 
 mod bundle;
-mod containers;
+mod container_lifecycle;
 pub mod events;
 mod exec_session;
 mod handle;
@@ -9,10 +9,10 @@ mod interactive;
 mod interrupted;
 mod log_reopen;
 mod network;
+mod pod_lifecycle;
 mod port_forward;
 mod restore;
 pub mod rootfs;
-mod sandboxes;
 pub mod service;
 pub mod session;
 pub mod session_io;

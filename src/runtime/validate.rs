@@ -42,7 +42,7 @@ pub(super) fn sandbox(req: &SandboxRequest, driver: CgroupDriver) -> Result<()> 
         NAMESPACE_MAX,
     )?;
     name("sandbox config: metadata.uid", &p.uid, UID_MAX)?;
-    if !super::sandboxes::HANDLERS.contains(&req.runtime_handler.as_str()) {
+    if !super::pod_lifecycle::HANDLERS.contains(&req.runtime_handler.as_str()) {
         return Err(Error::invalid(format!(
             "runtime handler {:?} is not configured (bosun has \"runc\")",
             echo(&req.runtime_handler)
@@ -58,7 +58,7 @@ pub(super) fn sandbox(req: &SandboxRequest, driver: CgroupDriver) -> Result<()> 
         let (field, h) = if req.hostname.is_empty() {
             (
                 "hostname (from metadata.name)",
-                super::sandboxes::pod_hostname(req),
+                super::pod_lifecycle::pod_hostname(req),
             )
         } else {
             ("hostname", req.hostname.clone())
