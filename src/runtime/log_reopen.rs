@@ -15,8 +15,8 @@ use std::time::Duration;
 use rustix::net::RecvFlags;
 use tokio::io::Interest;
 
-use super::interactive::connect;
 use super::service::{require_id, Runtime};
+use super::session::attach::connect;
 use super::state::paths;
 use super::state::status::ContainerState;
 use crate::error::{Error, Result};
