@@ -2,10 +2,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::handle::Handle;
 use super::state::dir::StateDir;
+use super::state::lock;
 use super::state::meta::{ContainerEntry, ContainerMeta, SandboxEntry, SandboxMeta};
 use super::state::paths::Layout;
 use super::state::status::{ContainerState, SandboxState};
@@ -16,10 +17,6 @@ use crate::error::{Error, Result, ResultExt};
 use crate::image::service::Images;
 use crate::network::{Cni, FakeNetwork, Network};
 use crate::oci::{HostFacts, MonitorLauncher, OciRuntime, ProcessLauncher, Runc};
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Sandboxes and containers on runc.
 ///

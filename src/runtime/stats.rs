@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 pub use layer::{disk_usage, DiskUsage};
 pub use net::{parse_net_dev, read_netns, Interface};
 
-use super::service::{lock, require_id, Runtime};
+use super::service::{require_id, Runtime};
+use super::state::lock;
 use super::state::meta::{ContainerEntry, SandboxEntry};
 use super::state::paths;
 use super::state::status::{now_ns, ContainerState, SandboxState};

@@ -1,5 +1,7 @@
 //! State on disk, the truth after a crash: object records, their in-memory index, recovery.
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
 pub mod dir;
 pub mod id;
 pub mod meta;
@@ -26,3 +28,9 @@ pub use recover::{load_all, reconcile, Loaded, Recovered};
 pub use reserve::Reservation;
 pub use status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
 pub use table::{Entry, Filter, Table};
+
+/// Locks `m`, taking over a lock a panicking holder poisoned rather than panicking too (every
+/// std mutex of the runtime and its state is locked through it).
+pub(in crate::runtime) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
