@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use super::interrupted::unstartable;
 use super::service::Runtime;
+use super::state::load::{load_all, Recovered};
 use super::state::meta::{ContainerMeta, SandboxMeta};
 use super::state::paths;
-use super::state::recover::{load_all, reconcile, Recovered};
+use super::state::recover::reconcile;
 use super::state::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
 use crate::oci::launch::read_exit;
 use crate::oci::ContainerExit;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::dir::{Meta, StateDir, CONTAINERS_DIR, META_FILE, STATUS_FILE};
+use super::dir::StateDir;
+use super::record::{Meta, CONTAINERS_DIR, META_FILE, STATUS_FILE};
 use super::status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
 use super::table::Filter;
 use super::Loaded;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::dir::Meta;
+use super::record::Meta;
 use super::status::{ContainerStatus, SandboxStatus};
 use super::table::Entry;
 use crate::oci::{ContainerRequest, NamespaceMode, UserNamespace};

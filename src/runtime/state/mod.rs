@@ -4,8 +4,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub mod dir;
 pub mod id;
+pub mod load;
 pub mod meta;
 pub mod paths;
+pub mod record;
 pub mod recover;
 pub mod reserve;
 pub mod status;
@@ -19,12 +21,14 @@ mod recover_tests;
 #[cfg(test)]
 mod status_tests;
 
-pub use dir::{Meta, StateDir, Status};
+pub use dir::StateDir;
+pub use load::{load_all, Loaded, Recovered};
 pub use meta::{
     ContainerEntry, ContainerMeta, Dns, NewContainer, PodName, PortMapping, SandboxEntry,
     SandboxMeta, SandboxRequest,
 };
-pub use recover::{load_all, reconcile, Loaded, Recovered};
+pub use record::{Meta, Status};
+pub use recover::reconcile;
 pub use reserve::Reservation;
 pub use status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
 pub use table::{Entry, Filter, Table};

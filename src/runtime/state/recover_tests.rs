@@ -3,9 +3,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::dir::{CONTAINERS_DIR, META_FILE, SANDBOXES_DIR, STATUS_FILE};
 use super::dir_tests::{meta, Dir, TMeta};
-use super::recover::{load_all, reconcile, ExitRecord};
+use super::load::load_all;
+use super::record::{CONTAINERS_DIR, META_FILE, SANDBOXES_DIR, STATUS_FILE};
+use super::recover::{reconcile, ExitRecord};
 use super::status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
 use crate::error::ErrorKind;
 use crate::store::atomic::write_json;

@@ -5,10 +5,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::dir::{Meta, Status, META_FILE, STATUS_FILE};
 use super::id;
+use super::load::Loaded;
 use super::lock;
-use super::recover::Loaded;
+use super::record::{Meta, Status, META_FILE, STATUS_FILE};
 use super::reserve::{self, Names, Reservation};
 use crate::error::{Error, Result, ResultExt};
 use crate::store::atomic::{sync_dir, write_json_nosync, write_synced};
