@@ -12,19 +12,6 @@ use crate::error::{Error, Result};
 use crate::oci::NamespaceMode;
 use crate::sandbox::{DnsConfig, NamespaceOptions, PodFiles, PodFilesConfig, PodNamespaces};
 
-/// The runtime handlers bosun serves ("" is the default).
-pub(super) const HANDLERS: [&str; 2] = ["", "runc"];
-
-/// The hostname of a pod whose config names none (crictl, critest; the kubelet always sends
-/// one): its name with `_` as `-`, cut to a DNS label's 63 bytes, without a trailing `-` or
-/// `.` (critest's names are a prefix and a UUID, which the cut can end on a `-`).
-pub(super) fn pod_hostname(req: &SandboxRequest) -> String {
-    let name: String = req.pod.name.chars().take(63).collect();
-    name.replace('_', "-")
-        .trim_end_matches(['-', '.'])
-        .to_string()
-}
-
 impl Runtime {
     /// RunPodSandbox: pins the pod's namespaces, writes its files and records it READY; all or
     /// nothing. A second request for the same pod (name, namespace, uid, attempt) while one
@@ -44,7 +31,7 @@ impl Runtime {
         let hostname = match (req.network, req.hostname.is_empty()) {
             (NamespaceMode::Node, _) => self.host.hostname.clone(),
             (_, false) => req.hostname.clone(),
-            (_, true) => pod_hostname(&req),
+            (_, true) => req.pod.hostname(),
         };
         let meta = SandboxMeta {
             request: req,

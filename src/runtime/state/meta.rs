@@ -32,6 +32,16 @@ impl PodName {
             self.name, self.namespace, self.uid, self.attempt
         )
     }
+
+    /// The hostname of a pod whose config names none (crictl, critest; the kubelet always sends
+    /// one): its name with `_` as `-`, cut to a DNS label's 63 bytes, without a trailing `-` or
+    /// `.` (critest's names are a prefix and a UUID, which the cut can end on a `-`).
+    pub fn hostname(&self) -> String {
+        let name: String = self.name.chars().take(63).collect();
+        name.replace('_', "-")
+            .trim_end_matches(['-', '.'])
+            .to_string()
+    }
 }
 
 /// CRI DNSConfig.
