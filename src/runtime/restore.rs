@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use super::interrupted::unstartable;
-use super::meta::{ContainerMeta, SandboxMeta};
-use super::paths;
-use super::recover::{load_all, reconcile, Recovered};
 use super::service::Runtime;
-use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
+use super::state::load::{load_all, Recovered};
+use super::state::meta::{ContainerMeta, SandboxMeta};
+use super::state::paths;
+use super::state::recover::reconcile;
+use super::state::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
 use crate::oci::launch::read_exit;
 use crate::oci::ContainerExit;
 use crate::sandbox::PodNamespaces;

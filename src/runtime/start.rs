@@ -4,10 +4,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::events::EventKind;
-use super::meta::ContainerEntry;
-use super::paths;
 use super::service::{require_id, Runtime};
-use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
+use super::state::meta::ContainerEntry;
+use super::state::paths;
+use super::state::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
 use crate::error::{Error, ErrorKind, Result};
 use crate::oci::{Launched, MonitorArgs};
 

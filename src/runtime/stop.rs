@@ -7,9 +7,9 @@ use tokio::time::Instant;
 
 use super::events::EventKind;
 use super::handle::StopRequest;
-use super::paths;
 use super::service::{require_id, Runtime};
-use super::status::{now_ns, reason_for, ContainerState, EXIT_CODE_UNKNOWN, REASON_UNKNOWN};
+use super::state::paths;
+use super::state::status::{now_ns, reason_for, ContainerState, EXIT_CODE_UNKNOWN, REASON_UNKNOWN};
 use crate::error::Result;
 use crate::oci::ContainerExit;
 

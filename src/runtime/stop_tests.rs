@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::meta::ContainerMeta;
 use super::service::Runtime;
-use super::status::{now_ns, ContainerState, ContainerStatus};
+use super::state::meta::ContainerMeta;
+use super::state::status::{now_ns, ContainerState, ContainerStatus};
 use crate::config::Config;
 use crate::image::service::Images;
 use crate::monitor::exit_record::ExitRecord;

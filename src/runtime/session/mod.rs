@@ -1,5 +1,10 @@
 //! Interactive sessions the streaming server serves: exec, attach and port-forward endpoints.
 
+pub(super) mod attach;
+mod exec;
+mod port_forward;
+pub mod streams;
+
 use std::pin::Pin;
 
 use futures::future::BoxFuture;

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::events::EventKind;
-use super::meta::{ContainerMeta, NewContainer, SandboxEntry};
-use super::paths;
 use super::service::{require_id, Runtime};
 use super::signal;
-use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState, UserIds};
+use super::state::meta::{ContainerMeta, NewContainer, SandboxEntry};
+use super::state::paths;
+use super::state::status::{now_ns, ContainerState, ContainerStatus, SandboxState, UserIds};
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::image::index::ImageRecord;
 use crate::oci::{
@@ -379,7 +379,7 @@ impl Runtime {
         self.delete_runc_state(id).await;
         let runc = t0.elapsed();
         let dir = self.layout.container_dir(id);
-        if let Err(e) = self.trash.put(super::trash::Bin::Volatile, &dir) {
+        if let Err(e) = self.trash.put(super::state::trash::Bin::Volatile, &dir) {
             tracing::warn!(container = %id, "cleanup: {e}");
         }
         crate::failpoint!("container.discard.files");
@@ -511,7 +511,7 @@ impl Runtime {
 
     async fn exec_base(
         &self,
-        entry: &super::meta::ContainerEntry,
+        entry: &super::state::meta::ContainerEntry,
     ) -> Result<Arc<oci_spec::runtime::Process>> {
         let handle = self.handle(entry.id());
         if let Some(t) = handle.exec_template() {

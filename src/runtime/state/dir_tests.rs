@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::dir::StateDir;
+use super::record::{Meta, CONTAINERS_DIR, META_FILE, STATUS_FILE};
 use super::status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
-use super::store::{Meta, StateDir, CONTAINERS_DIR, META_FILE, STATUS_FILE};
 use super::table::Filter;
 use super::Loaded;
 use crate::error::ErrorKind;

@@ -1,8 +1,9 @@
 //! Name reservations: one live object per name key, held from the start of a creation.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
+use super::lock;
 use crate::error::{Error, ErrorKind, Result};
 
 /// The shared name → id map of one object kind.
@@ -10,7 +11,7 @@ pub(crate) type Names = Arc<Mutex<HashMap<String, String>>>;
 
 /// Claims `name` for `id` in `names`, or AlreadyExists naming the holder.
 pub(crate) fn claim(names: &Names, kind: &str, name: &str, id: &str) -> Result<()> {
-    let mut map = names.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut map = lock(names);
     if let Some(holder) = map.get(name) {
         return Err(Error::new(
             ErrorKind::AlreadyExists,
@@ -23,7 +24,7 @@ pub(crate) fn claim(names: &Names, kind: &str, name: &str, id: &str) -> Result<(
 
 /// Frees `name` if `id` holds it.
 pub(crate) fn release(names: &Names, name: &str, id: &str) {
-    let mut map = names.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut map = lock(names);
     if map.get(name).is_some_and(|holder| holder == id) {
         map.remove(name);
     }

@@ -1,5 +1,5 @@
 //! Attach: a session on a running container's stdio through its monitor's attach socket
-//! (exec lives in [`super::exec_session`], port-forward in [`super::port_forward`]).
+//! (exec lives in [`super::exec`], port-forward in [`super::port_forward`]).
 //!
 //! The daemon is one more client of the monitor's `attach.sock` (format in
 //! [`crate::monitor::attach_proto`]): a task demultiplexes the tagged output into the
@@ -23,15 +23,15 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream, Interest, ReadBuf};
 use tokio::sync::{mpsc, watch};
 
-use super::paths;
-use super::service::{require_id, Runtime};
-use super::session::{Session, SessionEnd, StreamRequest, TerminalSize};
-use super::status::ContainerState;
+use super::{Session, SessionEnd, StreamRequest, TerminalSize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitor::attach_proto::{
     resize_message, IN_STDIN, IN_STDIN_EOF, MAX_STDIN_CHUNK, OUT_READY, OUT_STDERR, OUT_STDOUT,
     SOCKET_NAME,
 };
+use crate::runtime::service::{require_id, Runtime};
+use crate::runtime::state::paths;
+use crate::runtime::state::status::ContainerState;
 
 /// The attach socket, shared by the demultiplexer, the stdin writer and the resizer.
 type Socket = Arc<AsyncFd<OwnedFd>>;
@@ -197,7 +197,7 @@ impl Drop for AbortOnDrop {
 
 /// Connects (non-blocking) to `<bundle>/attach.sock`, through `/proc/self/fd/<bundle fd>/…`
 /// since a bundle path may exceed `sun_path`.
-pub(super) fn connect(bundle: &std::path::Path) -> io::Result<OwnedFd> {
+pub(in crate::runtime) fn connect(bundle: &std::path::Path) -> io::Result<OwnedFd> {
     let dir = std::fs::File::open(bundle)?;
     let via_proc = format!("/proc/self/fd/{}/{SOCKET_NAME}", dir.as_raw_fd());
     let addr = SocketAddrUnix::new(via_proc.as_str())?;

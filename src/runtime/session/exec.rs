@@ -6,11 +6,11 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::mpsc;
 
-use super::service::Runtime;
-use super::session::{Session, SessionEnd, StreamRequest, TerminalSize};
-use super::session_io::{self, Drain, TerminalReader, TerminalWriter};
+use super::streams::{self, Drain, TerminalReader, TerminalWriter};
+use super::{Session, SessionEnd, StreamRequest, TerminalSize};
 use crate::error::{Error, Result};
 use crate::oci::runtime::{ExecKiller, ExecStdio};
+use crate::runtime::service::Runtime;
 
 /// How long output may still flow without progress once the process ended (a descendant that
 /// outlived it may hold the streams open forever; a client may have stopped reading).
@@ -60,7 +60,7 @@ impl Runtime {
             let resize_fd = master
                 .try_clone()
                 .map_err(|e| io_err("duplicate terminal", e))?;
-            let master = session_io::master(master).map_err(|e| io_err("terminal", e))?;
+            let master = streams::master(master).map_err(|e| io_err("terminal", e))?;
             if req.stdin {
                 session.stdin = Some(Box::pin(TerminalWriter::new(master.clone())));
             }
@@ -80,15 +80,15 @@ impl Runtime {
             ))));
         } else {
             if let Some(fd) = proc.stdin.take() {
-                let w = session_io::pipe_writer(fd).map_err(|e| io_err("stdin", e))?;
+                let w = streams::pipe_writer(fd).map_err(|e| io_err("stdin", e))?;
                 session.stdin = Some(Box::pin(w));
             }
             if let Some(fd) = proc.stdout.take() {
-                let r = session_io::pipe_reader(fd).map_err(|e| io_err("stdout", e))?;
+                let r = streams::pipe_reader(fd).map_err(|e| io_err("stdout", e))?;
                 session.stdout = Some(Box::pin(drain.track(r)));
             }
             if let Some(fd) = proc.stderr.take() {
-                let r = session_io::pipe_reader(fd).map_err(|e| io_err("stderr", e))?;
+                let r = streams::pipe_reader(fd).map_err(|e| io_err("stderr", e))?;
                 session.stderr = Some(Box::pin(drain.track(r)));
             }
         }

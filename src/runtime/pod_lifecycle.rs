@@ -3,27 +3,14 @@
 use std::sync::Arc;
 
 use super::events::EventKind;
-use super::meta::{SandboxEntry, SandboxMeta, SandboxRequest};
-use super::paths;
 use super::service::{require_id, Runtime};
-use super::status::{now_ns, SandboxState, SandboxStatus};
-use super::table::Filter;
+use super::state::meta::{SandboxEntry, SandboxMeta, SandboxRequest};
+use super::state::paths;
+use super::state::status::{now_ns, SandboxState, SandboxStatus};
+use super::state::table::Filter;
 use crate::error::{Error, Result};
 use crate::oci::NamespaceMode;
 use crate::sandbox::{DnsConfig, NamespaceOptions, PodFiles, PodFilesConfig, PodNamespaces};
-
-/// The runtime handlers bosun serves ("" is the default).
-pub(super) const HANDLERS: [&str; 2] = ["", "runc"];
-
-/// The hostname of a pod whose config names none (crictl, critest; the kubelet always sends
-/// one): its name with `_` as `-`, cut to a DNS label's 63 bytes, without a trailing `-` or
-/// `.` (critest's names are a prefix and a UUID, which the cut can end on a `-`).
-pub(super) fn pod_hostname(req: &SandboxRequest) -> String {
-    let name: String = req.pod.name.chars().take(63).collect();
-    name.replace('_', "-")
-        .trim_end_matches(['-', '.'])
-        .to_string()
-}
 
 impl Runtime {
     /// RunPodSandbox: pins the pod's namespaces, writes its files and records it READY; all or
@@ -44,7 +31,7 @@ impl Runtime {
         let hostname = match (req.network, req.hostname.is_empty()) {
             (NamespaceMode::Node, _) => self.host.hostname.clone(),
             (_, false) => req.hostname.clone(),
-            (_, true) => pod_hostname(&req),
+            (_, true) => req.pod.hostname(),
         };
         let meta = SandboxMeta {
             request: req,
@@ -268,7 +255,7 @@ impl Runtime {
         // the record is moved into the trash (deleted in the background).
         let dir = self.layout.sandbox_dir(&id);
         self.trash
-            .put(super::trash::Bin::Volatile, &dir)
+            .put(super::state::trash::Bin::Volatile, &dir)
             .map_err(|e| e.context(format!("sandbox {id}: remove")))?;
         crate::failpoint!("sandbox.remove.dir");
         self.state.sandboxes.retire(&id, &self.trash)?;

@@ -3,18 +3,15 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::id;
-use super::recover::Loaded;
+use super::load::Loaded;
+use super::lock;
+use super::record::{Meta, Status, META_FILE, STATUS_FILE};
 use super::reserve::{self, Names, Reservation};
-use super::store::{Meta, Status, META_FILE, STATUS_FILE};
 use crate::error::{Error, Result, ResultExt};
 use crate::store::atomic::{sync_dir, write_json_nosync, write_synced};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// One object: immutable id and metadata, and its current status.
 #[derive(Debug)]

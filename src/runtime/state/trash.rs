@@ -108,7 +108,7 @@ impl Trash {
 
     /// Whether nothing is queued or being deleted.
     pub fn is_idle(&self) -> bool {
-        let q = super::service::lock(&self.queue);
+        let q = super::lock(&self.queue);
         q.paths.is_empty() && !q.running
     }
 
@@ -116,7 +116,7 @@ impl Trash {
     /// runtime, in unit tests, the deletion happens here).
     fn enqueue(&self, path: PathBuf) {
         let start = {
-            let mut q = super::service::lock(&self.queue);
+            let mut q = super::lock(&self.queue);
             q.paths.push_back(path);
             !std::mem::replace(&mut q.running, true)
         };
@@ -136,7 +136,7 @@ impl Trash {
 fn drain(queue: &Mutex<Queue>) {
     loop {
         let next = {
-            let mut q = super::service::lock(queue);
+            let mut q = super::lock(queue);
             let next = q.paths.pop_front();
             q.running = next.is_some();
             next

@@ -3,10 +3,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::recover::{load_all, reconcile, ExitRecord};
+use super::dir_tests::{meta, Dir, TMeta};
+use super::load::load_all;
+use super::record::{CONTAINERS_DIR, META_FILE, SANDBOXES_DIR, STATUS_FILE};
+use super::recover::{reconcile, ExitRecord};
 use super::status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
-use super::store::{CONTAINERS_DIR, META_FILE, SANDBOXES_DIR, STATUS_FILE};
-use super::store_tests::{meta, Dir, TMeta};
 use crate::error::ErrorKind;
 use crate::store::atomic::write_json;
 

@@ -11,11 +11,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::paths;
-use super::service::{require_id, Runtime};
-use super::status::SandboxState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::oci::NamespaceMode;
+use crate::runtime::service::{require_id, Runtime};
+use crate::runtime::state::paths;
+use crate::runtime::state::status::SandboxState;
 
 /// How long a connect to the pod's port may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

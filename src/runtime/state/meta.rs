@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::record::Meta;
 use super::status::{ContainerStatus, SandboxStatus};
-use super::store::Meta;
 use super::table::Entry;
 use crate::oci::{ContainerRequest, NamespaceMode, UserNamespace};
 
@@ -31,6 +31,16 @@ impl PodName {
             "{}_{}_{}_{}",
             self.name, self.namespace, self.uid, self.attempt
         )
+    }
+
+    /// The hostname of a pod whose config names none (crictl, critest; the kubelet always sends
+    /// one): its name with `_` as `-`, cut to a DNS label's 63 bytes, without a trailing `-` or
+    /// `.` (critest's names are a prefix and a UUID, which the cut can end on a `-`).
+    pub fn hostname(&self) -> String {
+        let name: String = self.name.chars().take(63).collect();
+        name.replace('_', "-")
+            .trim_end_matches(['-', '.'])
+            .to_string()
     }
 }
 
