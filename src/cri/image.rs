@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::cri::status::{reply, to_status};
+use crate::cri::errors::{reply, to_status};
 use crate::error::{Error, Result};
 use crate::image::index::ImageRecord;
 use crate::image::registry::Credentials;

@@ -11,7 +11,7 @@ use crate::cri::convert::stream as streaming;
 use crate::cri::convert::{
     container, event, exec, filter, resources, sandbox, stats, status as st,
 };
-use crate::cri::status::{checkpoint_unavailable, reply, to_status};
+use crate::cri::errors::{checkpoint_unavailable, reply, to_status};
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::Runtime;
 use crate::version;
