@@ -3,6 +3,7 @@
 pub mod convert;
 pub mod errors;
 pub mod image;
+pub mod rpc;
 pub mod runtime;
 
 pub use image::CriImages;

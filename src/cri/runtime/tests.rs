@@ -1,7 +1,8 @@
 //! RuntimeService handlers over a fake OCI runtime: codes and messages of bad and unknown requests.
 
-use tonic::Code;
+use tonic::{Code, Status};
 
+use super::container::checkpoint_unavailable;
 use super::*;
 use crate::image::service::Images;
 use crate::oci::{FakeLauncher, FakeRuntime, HostFacts};
