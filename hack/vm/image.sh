@@ -5,14 +5,17 @@
 # (rootfs.img, vmlinuz, initrd.img). The cache key is this script and the guest files, so a
 # change to either builds a new image; older images are removed after a successful build.
 #
-# Env: BOSUN_VM_CACHE (default /var/cache/bosun-vm), BOSUN_VM_MIRROR (default
-# http://deb.debian.org/debian), TMPDIR for the build's scratch (default /var/tmp).
+# Env: BOSUN_VM_CACHE (default /var/cache/bosun-vm), BOSUN_VM_MIRROR and
+# BOSUN_VM_SECURITY_MIRROR (default: the URIs this machine's apt sources give for bookworm and
+# bookworm-security), TMPDIR for the build's scratch (default /var/tmp).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/apt-mirror.sh
+. "$HERE/../apt-mirror.sh"
 CACHE="${BOSUN_VM_CACHE:-/var/cache/bosun-vm}"
-MIRROR="${BOSUN_VM_MIRROR:-http://deb.debian.org/debian}"
-SECURITY="${BOSUN_VM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+MIRROR="${BOSUN_VM_MIRROR:-}"
+SECURITY="${BOSUN_VM_SECURITY_MIRROR:-}"
 
 # What the integration tests use inside the guest (the same roles as hack/setup.sh's list).
 PACKAGES=(
@@ -44,6 +47,11 @@ if [ -f "$out/ok" ]; then
   echo "$out"
   exit 0
 fi
+
+# Read only when building: a cached image needs no mirror.
+[ -n "$MIRROR" ] || MIRROR=$(debian_mirror bookworm) || die "set BOSUN_VM_MIRROR"
+[ -n "$SECURITY" ] || SECURITY=$(debian_mirror bookworm-security) ||
+  die "set BOSUN_VM_SECURITY_MIRROR"
 
 # Only the cache directory goes to stdout (the caller captures it); the build's chatter
 # (mmdebstrap, mke2fs) goes to stderr.

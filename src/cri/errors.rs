@@ -40,23 +40,6 @@ pub fn reply<T>(rpc: &'static str, r: crate::Result<T>) -> Result<Response<T>, S
     r.map(Response::new).map_err(|e| to_status(rpc, e))
 }
 
-/// CheckpointContainer's answer: checkpointing is not built yet; says whether CRIU (its
-/// prerequisite) was found on this node.
-pub fn checkpoint_unavailable(criu: Option<&std::path::Path>) -> String {
-    let v = crate::version::VERSION;
-    match criu {
-        Some(p) => format!(
-            "bosun {v}: CheckpointContainer is not implemented yet (CRIU is installed at {}; \
-             checkpoint/restore through runc is planned)",
-            p.display()
-        ),
-        None => format!(
-            "bosun {v}: CheckpointContainer is not implemented; it would need CRIU, which is \
-             not installed on this node"
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
