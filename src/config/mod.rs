@@ -1,11 +1,22 @@
 //! Daemon configuration: TOML file (`/etc/bosun/config.toml`) with working defaults, overridable by flags.
 
-use std::collections::BTreeMap;
+pub mod image;
+pub mod network;
+pub mod node;
+pub mod pod;
+pub mod stream;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+
+pub use image::ImageConfig;
+pub use network::NetworkConfig;
+pub use node::NodeConfig;
+pub use pod::PodConfig;
+pub use stream::StreamConfig;
 
 /// Where the daemon looks for its config when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/bosun/config.toml";
@@ -32,183 +43,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// Image store settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ImageConfig {
-    /// Largest uncompressed layer accepted (bytes).
-    pub max_layer_bytes: u64,
-    /// Most tar entries accepted in one layer.
-    pub max_layer_entries: u64,
-    /// Layers downloaded at once per pull.
-    pub max_concurrent_downloads: usize,
-}
-
-impl Default for ImageConfig {
-    fn default() -> Self {
-        ImageConfig {
-            max_layer_bytes: 64 << 30,
-            max_layer_entries: 2_000_000,
-            max_concurrent_downloads: 3,
-        }
-    }
-}
-
-/// Pod networking: where CNI configs and plugins are, and bosun's embedded default network
-/// (used when the conf dir holds no config file).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NetworkConfig {
-    /// CNI config directory (`.conflist`, `.conf`, `.json`; the lowest file name wins).
-    pub conf_dir: PathBuf,
-    /// Directories searched, in order, for plugin binaries.
-    pub bin_dirs: Vec<PathBuf>,
-    /// Longest a single plugin call may run before it is killed (seconds).
-    pub plugin_timeout_secs: u64,
-    /// Embedded default network: its name.
-    pub name: String,
-    /// Embedded default network: the bridge's name.
-    pub bridge: String,
-    /// Embedded default network: the pod subnet(s), comma-separated (`10.86.0.0/16` or
-    /// `10.86.0.0/16,fd86::/64`). A pod CIDR set by UpdateRuntimeConfig replaces it.
-    pub subnet: String,
-    /// Embedded default network: host-local IPAM's lease directory.
-    pub data_dir: PathBuf,
-    /// Embedded default network: masquerade traffic leaving the pod subnet (bridge `ipMasq`).
-    pub masquerade: bool,
-    /// Embedded default network: give pods a default route via the bridge
-    /// (`isDefaultGateway`); without it pods reach only their subnet and the host.
-    pub default_route: bool,
-}
-
-impl Default for NetworkConfig {
-    fn default() -> Self {
-        NetworkConfig {
-            conf_dir: PathBuf::from("/etc/cni/net.d"),
-            bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
-            plugin_timeout_secs: 60,
-            name: "bosun".to_string(),
-            bridge: "bosun0".to_string(),
-            subnet: "10.86.0.0/16".to_string(),
-            data_dir: PathBuf::from("/var/lib/cni/networks"),
-            masquerade: true,
-            default_route: true,
-        }
-    }
-}
-
-/// Streaming server (exec/attach/port-forward URLs) settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StreamConfig {
-    /// Address the streaming HTTP server binds; port 0 picks an ephemeral port (containerd's
-    /// default). The URLs handed to clients name this address (loopback for a wildcard).
-    pub address: std::net::SocketAddr,
-}
-
-impl Default for StreamConfig {
-    fn default() -> Self {
-        StreamConfig {
-            address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        }
-    }
-}
-
-/// Standalone pod supervisor settings (`bosun pod apply`, static pods).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PodConfig {
-    /// Static pods: every Pod manifest in this directory runs while its file exists (added,
-    /// changed or removed files create, replace or delete pods). Empty (the default): off.
-    pub manifest_dir: PathBuf,
-    /// Where container logs go: `<log_dir>/<namespace>_<name>_<uid>/<container>/<restart>.log`.
-    pub log_dir: PathBuf,
-    /// ConfigMaps for volumes and env: `<configmap_dir>/<namespace>/<name>/<key>` files.
-    pub configmap_dir: PathBuf,
-    /// Secrets for volumes and env: `<secret_dir>/<namespace>/<name>/<key>` files.
-    pub secret_dir: PathBuf,
-    /// Restart back-off cap in seconds (the kubelet's maxContainerRestartPeriod, 1–300).
-    pub backoff_max_secs: u64,
-    /// First restart back-off in seconds (the kubelet's 10; never above the cap).
-    pub backoff_initial_secs: u64,
-}
-
-impl Default for PodConfig {
-    fn default() -> Self {
-        PodConfig {
-            manifest_dir: PathBuf::new(),
-            log_dir: PathBuf::from("/var/log/pods"),
-            configmap_dir: PathBuf::from("/etc/bosun/configmaps"),
-            secret_dir: PathBuf::from("/etc/bosun/secrets"),
-            backoff_max_secs: 300,
-            backoff_initial_secs: 10,
-        }
-    }
-}
-
-/// Standalone node resources (issue 14): reservations, eviction thresholds, the pod cgroup
-/// hierarchy and priority classes, with the kubelet's names and defaults. Quantities are
-/// Kubernetes quantity strings; signals and thresholds as the kubelet's `evictionHard` map.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NodeConfig {
-    /// Resources kept for the OS (`cpu`, `memory`, `ephemeral-storage`, `pid`).
-    pub system_reserved: BTreeMap<String, String>,
-    /// Resources kept for the node's own daemons (the same keys).
-    pub kube_reserved: BTreeMap<String, String>,
-    /// Hard eviction thresholds by signal (`memory.available = "100Mi"`, `nodefs.available =
-    /// "10%"`); the kubelet's defaults when left out. An empty map turns them all off.
-    pub eviction_hard: Option<BTreeMap<String, String>>,
-    /// Soft eviction thresholds by signal; each needs a grace in `eviction_soft_grace_period`.
-    pub eviction_soft: BTreeMap<String, String>,
-    /// How long a soft threshold must hold before pods are evicted (`"1m30s"`).
-    pub eviction_soft_grace_period: BTreeMap<String, String>,
-    /// The most grace (seconds) a pod evicted for a soft threshold gets; 0: its own.
-    pub eviction_max_pod_grace_period: i64,
-    /// What each eviction must reclaim beyond its threshold, by signal (`"500Mi"`, `"5%"`).
-    pub eviction_minimum_reclaim: BTreeMap<String, String>,
-    /// How long a pressure condition stays True after its threshold last held (`"5m"`).
-    pub eviction_pressure_transition_period: String,
-    /// How often node signals are read (the kubelet's housekeeping interval, `"10s"`).
-    pub housekeeping_interval: String,
-    /// Most pods this node runs at once (the kubelet's maxPods).
-    pub max_pods: u32,
-    /// Where the `kubepods` hierarchy goes: a cgroupfs path (`/bosun`: `/bosun/kubepods`; `/`:
-    /// `/kubepods`, the kubelet's) or a systemd slice (`/bosun`: `bosun-kubepods.slice`). Not
-    /// `/` by default: a kubelet using bosun over CRI on the same node owns `/kubepods`.
-    pub cgroup_root: String,
-    /// Put supervised pods in per-QoS and per-pod cgroups (the kubelet's cgroupsPerQOS).
-    pub cgroups_per_qos: bool,
-    /// Enforce allocatable on the `kubepods` cgroup (`["pods"]`, the kubelet's default; `[]`: off).
-    pub enforce_node_allocatable: Vec<String>,
-    /// Most processes per pod (`pids.max` of the pod cgroup); -1: unlimited.
-    pub pod_pids_limit: i64,
-    /// PriorityClass manifests (YAML/JSON, `kind: PriorityClass`), read when pods are applied.
-    pub priority_class_dir: PathBuf,
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        NodeConfig {
-            system_reserved: BTreeMap::new(),
-            kube_reserved: BTreeMap::new(),
-            eviction_hard: None,
-            eviction_soft: BTreeMap::new(),
-            eviction_soft_grace_period: BTreeMap::new(),
-            eviction_max_pod_grace_period: 0,
-            eviction_minimum_reclaim: BTreeMap::new(),
-            eviction_pressure_transition_period: "5m".to_string(),
-            housekeeping_interval: "10s".to_string(),
-            max_pods: 110,
-            cgroup_root: "/bosun".to_string(),
-            cgroups_per_qos: true,
-            enforce_node_allocatable: vec!["pods".to_string()],
-            pod_pids_limit: -1,
-            priority_class_dir: PathBuf::from("/etc/bosun/priorityclasses"),
-        }
-    }
 }
 
 /// The whole daemon configuration. Every key is optional in the file.
