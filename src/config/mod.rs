@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+pub use crate::cgroups::CgroupDriver;
 pub use image::ImageConfig;
 pub use network::NetworkConfig;
 pub use node::NodeConfig;
@@ -22,17 +23,6 @@ pub use stream::StreamConfig;
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/bosun/config.toml";
 /// The default CRI socket.
 pub const DEFAULT_SOCKET: &str = "/run/bosun/bosun.sock";
-
-/// How cgroups are named and managed; reported to the kubelet by the RuntimeConfig RPC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum CgroupDriver {
-    /// Plain cgroupfs paths (the default: no systemd needed).
-    #[default]
-    Cgroupfs,
-    /// systemd slices and scopes.
-    Systemd,
-}
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
