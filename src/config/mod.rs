@@ -23,6 +23,8 @@ pub use stream::StreamConfig;
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/bosun/config.toml";
 /// The default CRI socket.
 pub const DEFAULT_SOCKET: &str = "/run/bosun/bosun.sock";
+/// The default pod `/dev/shm` size (what Docker and containerd use).
+pub const DEFAULT_SHM_SIZE: u64 = 64 << 20;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
@@ -85,7 +87,7 @@ impl Default for Config {
             cgroup_driver: CgroupDriver::default(),
             log_level: "info".to_string(),
             log_format: LogFormat::default(),
-            shm_size: crate::sandbox::DEFAULT_SHM_SIZE,
+            shm_size: DEFAULT_SHM_SIZE,
             default_cgroup_parent: String::new(),
             metrics_address: String::new(),
             image: ImageConfig::default(),
