@@ -4,6 +4,7 @@ pub mod image;
 pub mod network;
 pub mod node;
 pub mod pod;
+pub mod registry;
 pub mod stream;
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ pub use image::ImageConfig;
 pub use network::NetworkConfig;
 pub use node::NodeConfig;
 pub use pod::PodConfig;
+pub use registry::RegistryConfig;
 pub use stream::StreamConfig;
 
 /// Where the daemon looks for its config when `--config` is not given.
@@ -66,7 +68,7 @@ pub struct Config {
     /// Image store limits.
     pub image: ImageConfig,
     /// Registry hosts: mirrors, plain HTTP, CA files.
-    pub registry: crate::image::registry::RegistryConfig,
+    pub registry: RegistryConfig,
     /// Pod networking (CNI).
     pub network: NetworkConfig,
     /// Streaming server.

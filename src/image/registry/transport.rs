@@ -8,10 +8,11 @@ use futures::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 use reqwest::{Response, StatusCode};
 
+use crate::config::registry::{RegistryConfig, TlsSettings};
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::image::registry::auth::{self, Credentials, TokenCache};
 use crate::image::registry::challenge;
-use crate::image::registry::hosts::{self, Endpoint, RegistryConfig, Scheme, TlsSettings};
+use crate::image::registry::hosts::{self, Endpoint, Scheme};
 
 /// Pause before the single retry of a 5xx answer.
 const RETRY_DELAY: Duration = Duration::from_millis(300);
