@@ -1,9 +1,11 @@
 //! Daemon configuration: TOML file (`/etc/bosun/config.toml`) with working defaults, overridable by flags.
 
+pub mod cidr;
 pub mod image;
 pub mod network;
 pub mod node;
 pub mod pod;
+pub mod quantity;
 pub mod registry;
 pub mod stream;
 

@@ -23,7 +23,7 @@ use std::io;
 use std::net::IpAddr;
 
 use super::netlink::{Msg, Socket, F_APPEND, F_CREATE};
-use crate::network::cidr::Cidr;
+use crate::config::cidr::Cidr;
 
 const NEWTABLE: u16 = 0;
 const DELTABLE: u16 = 2;
@@ -663,7 +663,7 @@ pub fn count_rules(sock: &mut Socket, table: &str) -> io::Result<Option<usize>> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::cidr;
+    use crate::config::cidr;
 
     fn spec(subnets: &str, masquerade: bool) -> Spec {
         Spec {

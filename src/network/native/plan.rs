@@ -5,9 +5,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::nft;
+use crate::config::cidr::{self, Cidr};
 use crate::config::NetworkConfig;
 use crate::error::{Error, Result, ResultExt};
-use crate::network::cidr::{self, Cidr};
 use crate::network::PodNetwork;
 
 /// Whether `s` is 1-`max` letters, digits, `-`, `_`, `.` (a table or interface name).

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::thresholds::{Signal, Threshold};
+use crate::config::quantity;
 use crate::config::NodeConfig;
 use crate::error::{Error, Result};
-use crate::pod::quantity;
 
 /// Amounts of the node's resources: cpu in millicores, memory and ephemeral storage in bytes,
 /// pids and pods as counts.

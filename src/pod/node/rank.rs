@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 
 use super::eviction::Observation;
 use super::thresholds::{Resource, Threshold};
-use crate::pod::quantity::{format_binary, format_decimal};
+use crate::config::quantity::{format_binary, format_decimal};
 
 /// One container's usage of the starved resource, for the message.
 #[derive(Debug, Clone, PartialEq, Eq)]

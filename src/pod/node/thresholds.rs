@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::config::quantity;
 use crate::config::NodeConfig;
 use crate::error::{Error, Result};
-use crate::pod::quantity;
 
 /// What the node watches (the kubelet's eviction signals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
