@@ -1,6 +1,7 @@
 //! Daemon configuration: TOML file (`/etc/bosun/config.toml`) with working defaults, overridable by flags.
 
 pub mod cidr;
+pub mod eviction;
 pub mod image;
 pub mod network;
 pub mod node;

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cgroups::hierarchy::Name;
+use crate::error::{Error, Result};
+
 /// Standalone node resources (issue 14): reservations, eviction thresholds, the pod cgroup
 /// hierarchy and priority classes, with the kubelet's names and defaults. Quantities are
 /// Kubernetes quantity strings; signals and thresholds as the kubelet's `evictionHard` map.
@@ -65,5 +68,45 @@ impl Default for NodeConfig {
             pod_pids_limit: -1,
             priority_class_dir: PathBuf::from("/etc/bosun/priorityclasses"),
         }
+    }
+}
+
+/// A cgroup root of `[node] cgroup_root` as components: `/a/b` → `[a, b]`, a systemd slice
+/// `a-b.slice` → `[a, b]`, `/` → `[]`.
+pub fn root_name(root: &str) -> Result<Name> {
+    let t = root.trim();
+    if t == "/" || t.is_empty() || t == "-.slice" {
+        return Ok(Vec::new());
+    }
+    if let Some(base) = t.rsplit('/').next().and_then(|b| b.strip_suffix(".slice")) {
+        return Ok(base.split('-').map(str::to_string).collect());
+    }
+    if !t.starts_with('/') || t.split('/').any(|c| c == ".." || c == ".") {
+        return Err(Error::invalid(format!(
+            "[node] cgroup_root: {:?} must be an absolute cgroup path or a systemd slice",
+            crate::error::echo(t)
+        )));
+    }
+    Ok(t.split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_by_driver() {
+        assert_eq!(root_name("/").expect("root"), Vec::<String>::new());
+        assert_eq!(root_name("/bosun-it-x").expect("path"), vec!["bosun-it-x"]);
+        assert_eq!(root_name("/a/b/").expect("path"), vec!["a", "b"]);
+        assert_eq!(
+            root_name("test-node.slice").expect("slice"),
+            vec!["test", "node"]
+        );
+        assert!(root_name("relative").is_err());
+        assert!(root_name("/a/../b").is_err());
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::thresholds::{Signal, Threshold};
+use crate::config::eviction::{Signal, Threshold};
 use crate::config::quantity;
 use crate::config::NodeConfig;
 use crate::error::{Error, Result};
@@ -184,7 +184,7 @@ mod tests {
         cfg.system_reserved.insert("memory".into(), "1Gi".into());
         cfg.kube_reserved.insert("memory".into(), "512Mi".into());
         cfg.kube_reserved.insert("pid".into(), "1000".into());
-        let t = super::super::thresholds::parse(&cfg).expect("thresholds");
+        let t = crate::config::eviction::parse(&cfg).expect("thresholds");
         let a = allocation(cap, &cfg, &t).expect("allocation");
         assert_eq!(a.allocatable.cpu_milli, 3500);
         assert_eq!(

@@ -24,7 +24,8 @@ use self::capacity::Allocation;
 use self::eviction::{Decision, Observations, Tracker};
 use self::qos::QosCgroups;
 use self::signals::Source;
-use self::thresholds::{Condition, Threshold};
+use self::thresholds::Condition;
+use crate::config::eviction::Threshold;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::pod::resources::{self, QosClass};
@@ -52,16 +53,17 @@ pub struct Settings {
 /// Parses and checks `[node]` against the machine (at daemon start: a bad key stops it).
 pub fn settings(config: &Config) -> Result<Settings> {
     let cfg = &config.node;
-    let thresholds = thresholds::parse(cfg)?;
+    let thresholds = crate::config::eviction::parse(cfg)?;
     let capacity = capacity::machine(&config.root, cfg.max_pods);
     let allocation = capacity::allocation(capacity, cfg, &thresholds)?;
-    let housekeeping = thresholds::duration("housekeeping_interval", &cfg.housekeeping_interval)?;
+    let housekeeping =
+        crate::config::eviction::duration("housekeeping_interval", &cfg.housekeeping_interval)?;
     if housekeeping < Duration::from_millis(100) {
         return Err(Error::invalid(
             "[node] housekeeping_interval: at least 100ms".to_string(),
         ));
     }
-    let transition = thresholds::duration(
+    let transition = crate::config::eviction::duration(
         "eviction_pressure_transition_period",
         &cfg.eviction_pressure_transition_period,
     )?;
@@ -70,7 +72,7 @@ pub fn settings(config: &Config) -> Result<Settings> {
             "[node] eviction_max_pod_grace_period: must not be negative".to_string(),
         ));
     }
-    qos::root_name(&cfg.cgroup_root)?;
+    crate::config::node::root_name(&cfg.cgroup_root)?;
     Ok(Settings {
         thresholds,
         allocation,

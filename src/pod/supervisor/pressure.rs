@@ -8,16 +8,17 @@ use std::time::Duration;
 use super::worker::Msg;
 use super::{owned_by, Shared};
 use crate::cgroups::hierarchy;
+use crate::config::eviction::Threshold;
 use crate::config::Config;
 use crate::error::Result;
 use crate::image::service::Images;
 use crate::pod::labels;
 use crate::pod::node::admission::Admitted;
 use crate::pod::node::eviction::Observations;
-use crate::pod::node::qos::{self, QosCgroups};
+use crate::pod::node::qos::QosCgroups;
 use crate::pod::node::rank::{self, Candidate, ContainerUsage};
 use crate::pod::node::requests::container_requests;
-use crate::pod::node::thresholds::{Resource, Threshold};
+use crate::pod::node::thresholds::Resource;
 use crate::pod::node::{self, capacity, signals, Node, EVICTED};
 use crate::runtime::{ContainerState, Filter, SandboxState};
 
@@ -39,7 +40,7 @@ pub fn open_node(config: &Config, images: &Arc<Images>) -> Result<Node> {
             Path::new("/sys/fs/cgroup"),
         );
         // Checked by node::settings.
-        let root = qos::root_name(&config.node.cgroup_root).unwrap_or_default();
+        let root = crate::config::node::root_name(&config.node.cgroup_root).unwrap_or_default();
         QosCgroups::new(h, root, config.node.pod_pids_limit, limit)
     });
     let pods = qos.as_ref().zip(limit).map(|(q, l)| signals::PodsCgroup {
