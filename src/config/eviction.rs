@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::config::node::NodeKeys;
 use crate::config::quantity;
-use crate::config::NodeConfig;
 use crate::error::{Error, Result};
 
 /// What the node watches (the kubelet's eviction signals).
@@ -204,7 +204,7 @@ pub fn duration(field: &str, text: &str) -> Result<Duration> {
 /// Every threshold of `cfg`: the hard ones (the kubelet's defaults unless set), the soft ones
 /// with their grace periods, minimum reclaims, and with allocatable enforced on pods, an
 /// `allocatableMemory.available` copy of the hard `memory.available`.
-pub fn parse(cfg: &NodeConfig) -> Result<Vec<Threshold>> {
+pub fn parse(cfg: &NodeKeys) -> Result<Vec<Threshold>> {
     let defaults: BTreeMap<String, String> = DEFAULT_HARD
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -259,7 +259,7 @@ pub fn parse(cfg: &NodeConfig) -> Result<Vec<Threshold>> {
     let set_hard = out
         .iter()
         .any(|t| t.signal == Signal::AllocatableMemoryAvailable && t.is_hard());
-    if cfg.enforce_node_allocatable.iter().any(|k| k == "pods") && !set_hard {
+    if cfg.enforces_pods_allocatable() && !set_hard {
         let copies: Vec<Threshold> = out
             .iter()
             .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
@@ -277,8 +277,8 @@ pub fn parse(cfg: &NodeConfig) -> Result<Vec<Threshold>> {
 mod tests {
     use super::*;
 
-    fn cfg(f: impl FnOnce(&mut NodeConfig)) -> NodeConfig {
-        let mut c = NodeConfig::default();
+    fn cfg(f: impl FnOnce(&mut NodeKeys)) -> NodeKeys {
+        let mut c = NodeKeys::default();
         f(&mut c);
         c
     }
@@ -305,7 +305,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_kubelets_and_allocatable_copies_memory() {
-        let t = parse(&NodeConfig::default()).expect("parse");
+        let t = parse(&NodeKeys::default()).expect("parse");
         let find = |s: Signal| t.iter().find(|t| t.signal == s).map(|t| t.value);
         assert_eq!(
             find(Signal::MemoryAvailable),

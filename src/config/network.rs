@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::cidr::{self, Cidr};
+use crate::error::{Error, Result};
+
 /// Pod networking: where CNI configs and plugins are, and bosun's embedded default network
 /// (used when the conf dir holds no config file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,4 +48,44 @@ impl Default for NetworkConfig {
             default_route: true,
         }
     }
+}
+
+impl NetworkConfig {
+    /// Checks the embedded network's keys (name, bridge, subnet) at load, even while a CNI
+    /// config file makes another network the active one: the embedded plan is still what
+    /// tears down and recovers pods it attached.
+    pub fn check(&self) -> Result<()> {
+        self.check_names()?;
+        self.subnets().map(drop)
+    }
+
+    /// Checks `name` (also the nftables table's) and `bridge` (an interface name).
+    pub fn check_names(&self) -> Result<()> {
+        if !word(&self.name, 64) {
+            return Err(Error::invalid(format!(
+                "config network.name {:?}: 1-64 letters, digits, '-', '_', '.'",
+                crate::error::echo(&self.name)
+            )));
+        }
+        if !word(&self.bridge, 15) {
+            return Err(Error::invalid(format!(
+                "config network.bridge {:?}: an interface name of 1-15 letters, digits, '-', '_', '.'",
+                crate::error::echo(&self.bridge)
+            )));
+        }
+        Ok(())
+    }
+
+    /// The pod subnets of `subnet`, in the order written.
+    pub fn subnets(&self) -> Result<Vec<Cidr>> {
+        cidr::parse_list(&self.subnet).map_err(|e| e.context("config network.subnet"))
+    }
+}
+
+/// Whether `s` is 1-`max` letters, digits, `-`, `_`, `.` (a table or interface name).
+fn word(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }

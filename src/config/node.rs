@@ -2,18 +2,21 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
+use super::eviction::{self, Threshold};
+use super::quantity;
 use crate::cgroups::hierarchy::Name;
 use crate::error::{Error, Result};
 
-/// Standalone node resources (issue 14): reservations, eviction thresholds, the pod cgroup
-/// hierarchy and priority classes, with the kubelet's names and defaults. Quantities are
-/// Kubernetes quantity strings; signals and thresholds as the kubelet's `evictionHard` map.
+/// `[node]` as written: standalone node resources (issue 14), with the kubelet's names and
+/// defaults. Quantities are Kubernetes quantity strings; signals and thresholds as the
+/// kubelet's `evictionHard` map. [`NodeKeys::check`] parses them into a [`NodeConfig`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct NodeConfig {
+pub struct NodeKeys {
     /// Resources kept for the OS (`cpu`, `memory`, `ephemeral-storage`, `pid`).
     pub system_reserved: BTreeMap<String, String>,
     /// Resources kept for the node's own daemons (the same keys).
@@ -49,9 +52,9 @@ pub struct NodeConfig {
     pub priority_class_dir: PathBuf,
 }
 
-impl Default for NodeConfig {
+impl Default for NodeKeys {
     fn default() -> Self {
-        NodeConfig {
+        NodeKeys {
             system_reserved: BTreeMap::new(),
             kube_reserved: BTreeMap::new(),
             eviction_hard: None,
@@ -69,6 +72,151 @@ impl Default for NodeConfig {
             priority_class_dir: PathBuf::from("/etc/bosun/priorityclasses"),
         }
     }
+}
+
+/// `[node]` checked: every quantity, threshold and duration parsed, taken as it is by the
+/// node (pod/node). Made by [`NodeKeys::check`] when the config is loaded, so a bad key stops
+/// the daemon before it takes its lock; it serialises as the keys were written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    /// `system_reserved`: resources kept for the OS.
+    pub system_reserved: Reserved,
+    /// `kube_reserved`: resources kept for the node's own daemons.
+    pub kube_reserved: Reserved,
+    /// Every eviction threshold: the hard ones (the kubelet's defaults unless
+    /// `eviction_hard` is set), the soft ones with their grace, each with its minimum reclaim,
+    /// and with allocatable enforced on pods, the `allocatableMemory.available` copy of the
+    /// hard `memory.available`.
+    pub eviction: Vec<Threshold>,
+    /// `eviction_max_pod_grace_period`: the most grace a pod evicted for a soft threshold
+    /// gets; `None` (0): its own.
+    pub eviction_max_pod_grace_period: Option<Duration>,
+    /// `eviction_pressure_transition_period`.
+    pub eviction_pressure_transition_period: Duration,
+    /// `housekeeping_interval` (at least 100 ms).
+    pub housekeeping_interval: Duration,
+    /// `max_pods`.
+    pub max_pods: u32,
+    /// `cgroup_root` as cgroup name components (`/a/b` and `a-b.slice`: `[a, b]`; `/`: `[]`).
+    pub cgroup_root: Name,
+    /// `cgroups_per_qos`.
+    pub cgroups_per_qos: bool,
+    /// `"pods"` is in `enforce_node_allocatable`: the `kubepods` cgroup is limited to
+    /// allocatable (the only value acted on; others are accepted and ignored).
+    pub enforce_pods_allocatable: bool,
+    /// `pod_pids_limit`; negative: unlimited.
+    pub pod_pids_limit: i64,
+    /// `priority_class_dir`.
+    pub priority_class_dir: PathBuf,
+    /// The keys as written, for [`crate::config::Config::to_toml`].
+    keys: NodeKeys,
+}
+
+/// What one reservation key (`system_reserved`, `kube_reserved`) keeps from pods: cpu in
+/// millicores, memory and ephemeral storage in bytes, pids as a count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reserved {
+    pub cpu_milli: i64,
+    pub memory: i64,
+    pub ephemeral_storage: i64,
+    pub pids: i64,
+}
+
+/// The shortest `housekeeping_interval` accepted.
+const MIN_HOUSEKEEPING: Duration = Duration::from_millis(100);
+
+impl NodeKeys {
+    /// Parses and checks every key; an error names the key (`[node] kube_reserved.memory`)
+    /// and what it may be. Needs nothing from the host.
+    pub fn check(self) -> Result<NodeConfig> {
+        let eviction = eviction::parse(&self)?;
+        let system_reserved = reservation("system_reserved", &self.system_reserved)?;
+        let kube_reserved = reservation("kube_reserved", &self.kube_reserved)?;
+        let housekeeping_interval =
+            eviction::duration("housekeeping_interval", &self.housekeeping_interval)?;
+        if housekeeping_interval < MIN_HOUSEKEEPING {
+            return Err(Error::invalid(
+                "[node] housekeeping_interval: at least 100ms".to_string(),
+            ));
+        }
+        let eviction_pressure_transition_period = eviction::duration(
+            "eviction_pressure_transition_period",
+            &self.eviction_pressure_transition_period,
+        )?;
+        let eviction_max_pod_grace_period = match u64::try_from(self.eviction_max_pod_grace_period)
+        {
+            Ok(0) => None,
+            Ok(secs) => Some(Duration::from_secs(secs)),
+            Err(_) => {
+                return Err(Error::invalid(
+                    "[node] eviction_max_pod_grace_period: must not be negative".to_string(),
+                ))
+            }
+        };
+        let cgroup_root = root_name(&self.cgroup_root)?;
+        Ok(NodeConfig {
+            system_reserved,
+            kube_reserved,
+            eviction,
+            eviction_max_pod_grace_period,
+            eviction_pressure_transition_period,
+            housekeeping_interval,
+            max_pods: self.max_pods,
+            cgroup_root,
+            cgroups_per_qos: self.cgroups_per_qos,
+            enforce_pods_allocatable: self.enforces_pods_allocatable(),
+            pod_pids_limit: self.pod_pids_limit,
+            priority_class_dir: self.priority_class_dir.clone(),
+            keys: self,
+        })
+    }
+
+    /// Whether `enforce_node_allocatable` names `pods`.
+    pub(super) fn enforces_pods_allocatable(&self) -> bool {
+        self.enforce_node_allocatable.iter().any(|k| k == "pods")
+    }
+}
+
+impl Default for NodeConfig {
+    /// The defaults of every key, checked.
+    fn default() -> Self {
+        NodeKeys::default()
+            .check()
+            .expect("the default [node] keys are valid (unit-tested)")
+    }
+}
+
+impl Serialize for NodeConfig {
+    /// As the keys were written: `Status` verbose info shows the config as the user wrote it.
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.keys.serialize(s)
+    }
+}
+
+/// A reservation map (`cpu`, `memory`, `ephemeral-storage`, `pid`), parsed.
+fn reservation(field: &str, map: &BTreeMap<String, String>) -> Result<Reserved> {
+    let mut a = Reserved::default();
+    for (k, v) in map {
+        let q = quantity::parse(v).filter(|q| *q >= 0.0).ok_or_else(|| {
+            Error::invalid(format!(
+                "[node] {field}.{k}: {:?} is not a non-negative quantity",
+                crate::error::echo(v)
+            ))
+        })?;
+        match k.as_str() {
+            "cpu" => a.cpu_milli = (q * 1000.0).ceil() as i64,
+            "memory" => a.memory = q.ceil() as i64,
+            "ephemeral-storage" => a.ephemeral_storage = q.ceil() as i64,
+            "pid" => a.pids = q.ceil() as i64,
+            other => {
+                return Err(Error::invalid(format!(
+                    "[node] {field}: unknown resource {:?} (cpu, memory, ephemeral-storage, pid)",
+                    crate::error::echo(other)
+                )))
+            }
+        }
+    }
+    Ok(a)
 }
 
 /// A cgroup root of `[node] cgroup_root` as components: `/a/b` → `[a, b]`, a systemd slice
@@ -108,5 +256,15 @@ mod tests {
         );
         assert!(root_name("relative").is_err());
         assert!(root_name("/a/../b").is_err());
+    }
+
+    #[test]
+    fn bad_reservations_name_the_key() {
+        let m = BTreeMap::from([("gpu".to_string(), "1".to_string())]);
+        let e = reservation("system_reserved", &m).expect_err("gpu");
+        assert!(e.to_string().contains("unknown resource \"gpu\""), "{e}");
+        let m = BTreeMap::from([("memory".to_string(), "-1Gi".to_string())]);
+        let e = reservation("kube_reserved", &m).expect_err("negative");
+        assert!(e.to_string().contains("[node] kube_reserved.memory"), "{e}");
     }
 }

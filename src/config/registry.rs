@@ -1,10 +1,12 @@
 //! `[registry]`: per-registry host settings (mirrors, plain HTTP, TLS) and the registry client's timeouts.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result, ResultExt};
 
 /// The `[registry]` section of bosun's config.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +64,96 @@ impl RegistryConfig {
         }
         v
     }
+
+    /// Checks every mirror URL, so a typo is refused at load rather than at the first pull.
+    pub fn check(&self) -> Result<()> {
+        for (domain, host) in &self.hosts {
+            for url in &host.mirrors {
+                mirror(domain, url)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every CA file now (the host step of the config check), so a missing or broken
+    /// one stops the daemon before it takes its lock, naming the host's table.
+    pub fn check_host(&self) -> Result<()> {
+        for (domain, host) in &self.hosts {
+            if let Some(ca) = &host.ca_file {
+                ca_certificates(ca)
+                    .map_err(|e| e.context(format!("[registry.hosts.{domain:?}] ca_file")))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A mirror URL (`[scheme://]host[:port][/prefix]`) taken apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MirrorUrl<'a> {
+    /// `http://`: `Some(true)`; `https://`: `Some(false)`; no scheme: `None` (the mirror
+    /// host's own `plain_http` decides).
+    pub plain_http: Option<bool>,
+    /// `host[:port]`.
+    pub host: &'a str,
+    /// The path before `/v2` (empty, or `/something`), without a trailing `/`.
+    pub prefix: &'a str,
+}
+
+/// Mirror `url` of registry `domain`, taken apart; the error names both.
+pub fn mirror<'a>(domain: &str, url: &'a str) -> Result<MirrorUrl<'a>> {
+    mirror_url(url)
+        .map_err(|why| Error::invalid(format!("registry {domain}: mirror {url:?}: {why}")))
+}
+
+fn mirror_url(url: &str) -> std::result::Result<MirrorUrl<'_>, String> {
+    let (plain_http, rest) = match url.split_once("://") {
+        Some(("http", rest)) => (Some(true), rest),
+        Some(("https", rest)) => (Some(false), rest),
+        Some((other, _)) => return Err(format!("unsupported scheme {other:?} (http or https)")),
+        None => (None, url),
+    };
+    let (host, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let valid = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+        && reqwest::Url::parse(&format!("https://{host}/")).is_ok();
+    if !valid {
+        return Err(format!("invalid host {host:?}"));
+    }
+    if prefix.contains(['?', '#']) {
+        return Err("query or fragment not allowed".into());
+    }
+    Ok(MirrorUrl {
+        plain_http,
+        host,
+        prefix,
+    })
+}
+
+/// The certificates of the PEM bundle at `path`, read now.
+pub fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>> {
+    let pem = std::fs::read(path).ctx(|| format!("registry CA file {}", path.display()))?;
+    reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+        Error::invalid(format!(
+            "registry CA file {}: {}",
+            path.display(),
+            root_cause(&e)
+        ))
+    })
+}
+
+/// The innermost error of `e`'s chain (the parser's own words, not reqwest's "builder error").
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
 }
 
 /// One `[registry.hosts."<host>"]` table, in the spirit of containerd's hosts.toml.
@@ -148,5 +240,24 @@ mod tests {
             registry: RegistryConfig,
         }
         assert!(toml::from_str::<Top>(unknown).is_err(), "typos are refused");
+    }
+
+    #[test]
+    fn bad_mirrors_are_refused_naming_the_host() {
+        for m in ["ftp://x", "", "http://", "a b", "https://x/p?q=1"] {
+            let mut c = RegistryConfig::default();
+            c.hosts.insert(
+                "docker.io".into(),
+                HostConfig {
+                    mirrors: vec![m.into()],
+                    ..Default::default()
+                },
+            );
+            let e = c.check().expect_err(m);
+            assert!(
+                e.to_string().starts_with("registry docker.io: mirror"),
+                "{e}"
+            );
+        }
     }
 }
