@@ -3,6 +3,7 @@
 pub mod cidr;
 pub mod eviction;
 pub mod image;
+pub mod keys;
 pub mod network;
 pub mod node;
 pub mod pod;
