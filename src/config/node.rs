@@ -112,13 +112,16 @@ pub struct NodeConfig {
     keys: NodeKeys,
 }
 
-/// What one reservation key (`system_reserved`, `kube_reserved`) keeps from pods: cpu in
-/// millicores, memory and ephemeral storage in bytes, pids as a count.
+/// What one reservation key (`system_reserved`, `kube_reserved`) keeps from pods.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reserved {
+    /// `cpu`, in millicores.
     pub cpu_milli: i64,
+    /// `memory`, in bytes.
     pub memory: i64,
+    /// `ephemeral-storage`, in bytes.
     pub ephemeral_storage: i64,
+    /// `pid`.
     pub pids: i64,
 }
 

@@ -194,21 +194,19 @@ pub struct TlsSettings {
     pub skip_verify: bool,
 }
 
+/// The `[registry]` section of config text `text`, decoded (for tests).
+#[cfg(test)]
+pub(crate) fn from_toml(text: &str) -> RegistryConfig {
+    super::ConfigFile::parse(text).expect("toml").registry
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn config(toml_text: &str) -> RegistryConfig {
-        #[derive(Deserialize)]
-        struct Top {
-            registry: RegistryConfig,
-        }
-        toml::from_str::<Top>(toml_text).expect("toml").registry
-    }
-
     #[test]
     fn hosts_toml_deserialises_with_defaults() {
-        let c = config(
+        let c = from_toml(
             r#"
             [registry.hosts."docker.io"]
             mirrors = ["http://127.0.0.1:5001", "https://mirror.example"]

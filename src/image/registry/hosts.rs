@@ -124,21 +124,12 @@ pub fn is_loopback(host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use serde::Deserialize;
-
     use super::*;
-
-    fn config(toml_text: &str) -> RegistryConfig {
-        #[derive(Deserialize)]
-        struct Top {
-            registry: RegistryConfig,
-        }
-        toml::from_str::<Top>(toml_text).expect("toml").registry
-    }
+    use crate::config::registry::from_toml;
 
     #[test]
     fn docker_hub_mirrors_come_first_then_the_origin() {
-        let c = config(
+        let c = from_toml(
             r#"
             [registry.hosts."docker.io"]
             mirrors = ["http://127.0.0.1:5001", "https://mirror.example/cache/", "m2.example:8443"]
@@ -167,7 +158,7 @@ mod tests {
 
     #[test]
     fn loopback_hosts_fall_back_to_plain_http_unless_configured() {
-        let c = config(
+        let c = from_toml(
             r#"
             [registry.hosts."localhost:5000"]
             plain_http = false
