@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::config::registry::RegistryConfig;
 use crate::error::ErrorKind;
 use crate::image::registry::testserver::{FakeImage, FakeRepo, TestServer};
-use crate::image::registry::RegistryConfig;
 
 struct Fixture {
     _dir: tempfile::TempDir,

@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
+use crate::config::registry::RegistryConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::image::content::{Ingest, MAX_SMALL_BLOB};
 use crate::image::digest::Digest;
 use crate::image::manifest::{media_type_of, Descriptor};
 use crate::image::reference::Reference;
 use crate::image::registry::auth::Credentials;
-use crate::image::registry::hosts::{self, Endpoint, RegistryConfig};
+use crate::image::registry::hosts::{self, Endpoint};
 use crate::image::registry::transport::{describe, read_limited, Transport};
 
 /// The manifest media types bosun asks for, best first.

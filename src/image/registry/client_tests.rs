@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::config::registry::HostConfig;
 use crate::image::manifest::media;
-use crate::image::registry::hosts::HostConfig;
 use crate::image::registry::testserver::{
     client, closed_port, image, ingest_files, reference, store, FakeImage, FakeRepo, Response,
     TestServer,

@@ -14,4 +14,4 @@ pub(crate) mod testserver;
 
 pub use auth::Credentials;
 pub use client::{RegistryClient, Resolved};
-pub use hosts::{Endpoint, HostConfig, RegistryConfig, Scheme, TlsSettings};
+pub use hosts::{Endpoint, Scheme};

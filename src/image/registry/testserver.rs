@@ -10,11 +10,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 use base64::Engine as _;
 
+use crate::config::registry::RegistryConfig;
 use crate::image::content::ContentStore;
 use crate::image::digest::Digest;
 use crate::image::manifest::media;
 use crate::image::reference::Reference;
-use crate::image::registry::{RegistryClient, RegistryConfig};
+use crate::image::registry::RegistryClient;
 
 /// A parsed request.
 #[derive(Debug, Clone)]

@@ -8,10 +8,11 @@ use futures::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 use reqwest::{Response, StatusCode};
 
-use crate::error::{Error, ErrorKind, Result, ResultExt};
+use crate::config::registry::{self, RegistryConfig, TlsSettings};
+use crate::error::{Error, ErrorKind, Result};
 use crate::image::registry::auth::{self, Credentials, TokenCache};
 use crate::image::registry::challenge;
-use crate::image::registry::hosts::{self, Endpoint, RegistryConfig, Scheme, TlsSettings};
+use crate::image::registry::hosts::{self, Endpoint, Scheme};
 
 /// Pause before the single retry of a 5xx answer.
 const RETRY_DELAY: Duration = Duration::from_millis(300);
@@ -36,7 +37,7 @@ pub(crate) struct Transport {
 impl Transport {
     /// Builds one client per TLS setting in `config` (reading CA files now, so errors show early).
     pub(crate) fn new(config: &RegistryConfig) -> Result<Self> {
-        hosts::validate(config)?;
+        config.check()?;
         let mut clients = HashMap::new();
         for tls in config.tls_settings() {
             for loopback in [false, true] {
@@ -197,15 +198,7 @@ fn build_client(
         b = b.no_proxy();
     }
     if let Some(ca) = &tls.ca_file {
-        let pem = std::fs::read(ca).ctx(|| format!("registry CA file {}", ca.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-            Error::invalid(format!(
-                "registry CA file {}: {}",
-                ca.display(),
-                describe(&e)
-            ))
-        })?;
-        for c in certs {
+        for c in registry::ca_certificates(ca)? {
             b = b.add_root_certificate(c);
         }
     }

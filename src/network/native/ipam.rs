@@ -14,8 +14,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::config::cidr::Cidr;
 use crate::error::{Error, ErrorKind, Result, ResultExt};
-use crate::network::cidr::Cidr;
 
 /// The journal's file name in the network's lease directory.
 pub const LEASES: &str = "leases";
@@ -299,7 +299,7 @@ impl Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::cidr;
+    use crate::config::cidr;
 
     fn nets(s: &str) -> Vec<Cidr> {
         cidr::parse_list(s).expect("subnets")

@@ -234,7 +234,7 @@ impl Supervisor {
         let probe_rt = crate::pod::probe_runtime::start()
             .map_err(|e| Error::internal(format!("probe runtime: {e}")))?;
         let (node_name, host_ip) = node_facts();
-        let node = Arc::new(pressure::open_node(&config, &images)?);
+        let node = Arc::new(pressure::open_node(&config, &images));
         let sh = Arc::new(Shared {
             probe_rt,
             exec: Arc::new(runtime.clone()),

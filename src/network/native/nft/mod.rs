@@ -29,7 +29,7 @@ use self::expr::{value, NF_ACCEPT};
 pub use self::rules::rule_count;
 use self::rules::rules;
 use super::netlink::{Msg, Socket, F_APPEND, F_CREATE};
-use crate::network::cidr::Cidr;
+use crate::config::cidr::Cidr;
 
 const NEWTABLE: u16 = 0;
 const DELTABLE: u16 = 2;
@@ -281,7 +281,7 @@ mod tests {
     use super::expr::{Expr, CMP_EQ};
     use super::rules::addr_in;
     use super::*;
-    use crate::network::cidr;
+    use crate::config::cidr;
 
     fn spec(subnets: &str, masquerade: bool) -> Spec {
         Spec {

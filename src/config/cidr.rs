@@ -1,4 +1,4 @@
-//! Parsing of `address/prefix` strings (subnets, CNI result addresses, pod CIDRs).
+//! `address/prefix` strings (`[network] subnet`, pod CIDRs, CNI result addresses), parsed.
 
 use std::net::IpAddr;
 

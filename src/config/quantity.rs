@@ -1,4 +1,4 @@
-//! Kubernetes resource quantities ("100m", "64Mi", "1.5", "1e3") parsed for validation and limits, and printed canonically.
+//! Kubernetes resource quantities ("100m", "64Mi", "1.5", "1e3") of `[node]` keys and of Pod specs: parsed for checks and limits, printed canonically.
 
 /// The value of quantity `s` (cores for cpu, bytes for memory), or `None` when it is not a
 /// valid Kubernetes quantity.
