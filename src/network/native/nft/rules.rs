@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use super::expr::*;
 use super::{ip_bytes, Spec, IPV4, IPV6, MASQ_MARK};
-use crate::network::cidr::Cidr;
+use crate::config::cidr::Cidr;
 
 fn is(family: u8) -> [Expr; 2] {
     [
