@@ -69,7 +69,7 @@ pub fn probe_user_namespaces(binary: &Path, path: &Path) -> Result<(), String> {
     if max.trim() == "0" {
         return Err("user.max_user_namespaces is 0".into());
     }
-    let kernel = crate::oci::seccomp::host_kernel();
+    let kernel = crate::oci::spec::seccomp::host_kernel();
     if kernel < (5, 19) {
         return Err(format!(
             "Linux {}.{}: overlayfs takes ID-mapped layers from 5.19 on",

@@ -4,7 +4,7 @@
 use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder};
 
 use crate::error::{Error, Result};
-use crate::oci::request::{IdMapping, UserNamespace};
+use crate::oci::spec::request::{IdMapping, UserNamespace};
 
 /// The most ranges the kernel takes in one `uid_map` (Linux 4.15 and later).
 pub const MAX_RANGES: usize = 340;

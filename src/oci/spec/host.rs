@@ -4,8 +4,8 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::oci::features::{self, RuntimeMountFeatures};
-use crate::oci::resources::CgroupSupport;
-use crate::oci::{caps, process, seccomp};
+use crate::oci::spec::resources::CgroupSupport;
+use crate::oci::spec::{caps, process, seccomp};
 
 /// cgroup2's filesystem magic (`statfs(2)`).
 const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;

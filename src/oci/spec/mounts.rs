@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use oci_spec::runtime::Mount;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::oci::request::{MountRequest, Propagation, SandboxContext};
-use crate::oci::userns;
+use crate::oci::spec::request::{MountRequest, Propagation, SandboxContext};
+use crate::oci::spec::userns;
 
 /// The mounts and the rootfs propagation they need.
 #[derive(Debug, Clone, Default)]

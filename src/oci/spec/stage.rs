@@ -14,8 +14,8 @@ use rustix::thread::UnshareFlags;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::oci::features::RuntimeMountFeatures;
-use crate::oci::request::{IdMapping, UserNamespace};
-use crate::oci::userns;
+use crate::oci::spec::request::{IdMapping, UserNamespace};
+use crate::oci::spec::userns;
 use crate::sandbox::userns::NsHolder;
 use crate::sys::mount_api::{self, Attributes};
 
@@ -103,11 +103,11 @@ pub fn clone_to(source: &Path, target: &Path, recursive: bool, attrs: &Attribute
         let hint = match (e.raw_os_error(), attrs.idmap.is_some()) {
             (Some(libc::EINVAL), true) => {
                 let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-                let (major, minor) = crate::oci::seccomp::host_kernel();
+                let (major, minor) = crate::oci::spec::seccomp::host_kernel();
                 format!(
                     " (file systems in it: {}; not every one can be ID-mapped on Linux \
                      {major}.{minor}: tmpfs can from 6.3)",
-                    crate::oci::mounts::file_systems_of(source, recursive, &info).join(", ")
+                    crate::oci::spec::mounts::file_systems_of(source, recursive, &info).join(", ")
                 )
             }
             _ => String::new(),
@@ -225,7 +225,7 @@ pub fn unstage(dir: &Path) -> Result<()> {
 /// `dir` with everything in it. Fails, keeping `dir` (nothing ever deletes through a mount),
 /// when one stays mounted; an absent `dir` is fine.
 pub fn unmount_and_remove(dir: &Path) -> Result<()> {
-    let mut points = crate::oci::mounts::mount_points_under(dir);
+    let mut points = crate::oci::spec::mounts::mount_points_under(dir);
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for p in &points {
         for _ in 0..8 {
@@ -234,7 +234,7 @@ pub fn unmount_and_remove(dir: &Path) -> Result<()> {
             }
         }
     }
-    let left = crate::oci::mounts::mount_points_under(dir);
+    let left = crate::oci::spec::mounts::mount_points_under(dir);
     if let Some(p) = left.first() {
         return Err(Error::internal(format!(
             "remove {}: {} is still mounted",
@@ -262,7 +262,7 @@ pub fn unstage_all(containers_dir: &Path, done: impl Fn(&str) -> bool) -> usize 
             parts.next().is_some_and(|c| c.as_os_str() == "stage") && id.is_some_and(&done)
         })
     };
-    let mut points: Vec<PathBuf> = crate::oci::mounts::mount_points_under(containers_dir)
+    let mut points: Vec<PathBuf> = crate::oci::spec::mounts::mount_points_under(containers_dir)
         .into_iter()
         .filter(|p| staged(p))
         .collect();

@@ -7,7 +7,7 @@ use std::path::Path;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use crate::error::{Error, Result};
-use crate::oci::request::{Security, SupplementalGroupsPolicy};
+use crate::oci::spec::request::{Security, SupplementalGroupsPolicy};
 
 /// runc refuses ids above `i32::MAX` (containerd's WithUser follows it, pkg/oci/spec_opts.go).
 const MAX_ID: i64 = i32::MAX as i64;
