@@ -5,10 +5,8 @@
 //! ([`SandboxContext`]), the image config and the mounted rootfs into runc's `config.json`,
 //! following containerd's CRI plugin rule by rule.
 
-pub mod features;
 pub mod launch;
 pub mod runc;
-mod runc_delete;
 pub mod runtime;
 pub mod spare;
 pub mod spec;
@@ -25,7 +23,7 @@ pub use request::{
     Security, SecurityProfile, SupplementalGroupsPolicy, UserNamespace, UserNamespaceMode,
 };
 pub use resources::{cgroups_path, CgroupSupport};
-pub use runc::{ExecOutput, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};
-pub use runtime::{FakeLauncher, FakeRuntime, MonitorLauncher, ProcessLauncher};
+pub use runc::{ExecOutput, FakeRuntime, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};
+pub use runtime::{FakeLauncher, MonitorLauncher, ProcessLauncher};
 pub use spec::{build_spec, SpecOptions, OCI_VERSION};
 pub use spec::{resolve_user, ResolvedUser, DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS};

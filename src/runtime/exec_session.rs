@@ -10,7 +10,7 @@ use super::service::Runtime;
 use super::session::{Session, SessionEnd, StreamRequest, TerminalSize};
 use super::session_io::{self, Drain, TerminalReader, TerminalWriter};
 use crate::error::{Error, Result};
-use crate::oci::runtime::{ExecKiller, ExecStdio};
+use crate::oci::runc::{ExecKiller, ExecStdio};
 
 /// How long output may still flow without progress once the process ended (a descendant that
 /// outlived it may hold the streams open forever; a client may have stopped reading).
@@ -125,8 +125,7 @@ async fn resize(
     mut sizes: mpsc::UnboundedReceiver<TerminalSize>,
 ) {
     while let Some(size) = sizes.recv().await {
-        if let Err(e) = crate::oci::runtime::exec_stream::set_size(&master, size.width, size.height)
-        {
+        if let Err(e) = crate::oci::runc::exec_stream::set_size(&master, size.width, size.height) {
             tracing::debug!("exec resize: {e}");
             continue;
         }

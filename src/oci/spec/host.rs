@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::oci::features::{self, RuntimeMountFeatures};
+use crate::oci::runc::features::{self, RuntimeMountFeatures};
 use crate::oci::spec::resources::CgroupSupport;
 use crate::oci::spec::{caps, process, seccomp};
 

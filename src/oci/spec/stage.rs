@@ -13,7 +13,7 @@ use rustix::mount::UnmountFlags;
 use rustix::thread::UnshareFlags;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
-use crate::oci::features::RuntimeMountFeatures;
+use crate::oci::runc::features::RuntimeMountFeatures;
 use crate::oci::spec::request::{IdMapping, UserNamespace};
 use crate::oci::spec::userns;
 use crate::sandbox::userns::NsHolder;
