@@ -1,14 +1,11 @@
-//! OCI runtime edge: the runtime spec builder, the runc wrapper ([`OciRuntime`], [`Runc`],
-//! [`FakeRuntime`]) and the monitor launcher ([`launch_monitor`], [`ExitWatcher`]).
+//! The OCI edge, three rooms: [`spec`] builds runc's `config.json`, [`runc`] drives the runtime's command line, [`launch`] starts the per-container monitors.
 //!
-//! [`build_spec`] turns a CRI container request ([`ContainerRequest`]), its pod
-//! ([`SandboxContext`]), the image config and the mounted rootfs into runc's `config.json`,
-//! following containerd's CRI plugin rule by rule.
+//! The rooms' main items are re-exported here ([`build_spec`], [`ContainerRequest`],
+//! [`OciRuntime`], [`Runc`], [`FakeRuntime`], [`launch_monitor`], [`ExitWatcher`], …): the
+//! rest of the daemon names `crate::oci::…`, not the room.
 
 pub mod launch;
 pub mod runc;
-pub mod runtime;
-pub mod spare;
 pub mod spec;
 
 // The spec builder's modules that other rooms name, at the paths they had before `spec/`.
@@ -16,7 +13,10 @@ pub(crate) use spec::mounts;
 pub use spec::{caps, host, request, resources, stage, userns};
 
 pub use host::HostFacts;
-pub use launch::{launch_monitor, ContainerExit, ExitWatcher, Launched, MonitorArgs};
+pub use launch::{
+    launch_monitor, ContainerExit, ExitWatcher, FakeLauncher, Launched, MonitorArgs,
+    MonitorLauncher, ProcessLauncher,
+};
 pub use request::{
     CapabilityEdits, ContainerRequest, DeviceRequest, HugepageLimit, IdMapping, LinuxRequest,
     MountRequest, NamespaceMode, NamespaceOptions, Propagation, Resources, SandboxContext,
@@ -24,6 +24,5 @@ pub use request::{
 };
 pub use resources::{cgroups_path, CgroupSupport};
 pub use runc::{ExecOutput, FakeRuntime, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};
-pub use runtime::{FakeLauncher, MonitorLauncher, ProcessLauncher};
 pub use spec::{build_spec, SpecOptions, OCI_VERSION};
 pub use spec::{resolve_user, ResolvedUser, DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS};

@@ -5,9 +5,9 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Mutex;
 
+use super::spare::SpareSlot;
+use super::start::{launch_with, restock, ContainerExit, ExitWatcher, Launched, MonitorArgs};
 use crate::error::Result;
-use crate::oci::launch::{launch_with, restock, ContainerExit, ExitWatcher, Launched, MonitorArgs};
-use crate::oci::spare::SpareSlot;
 
 /// Starts monitors (which run containers) and waits for containers to exit.
 #[tonic::async_trait]

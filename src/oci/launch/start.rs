@@ -14,9 +14,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
+use super::spare::{self, SpareSlot, Spawned, SYNC_FD};
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitor::exit_record::ExitRecord;
-use crate::oci::spare::{self, SpareSlot, Spawned, SYNC_FD};
 use crate::sys::PidFd;
 
 /// The longest sync message kept (the rest of a longer one is read and dropped).
