@@ -5,8 +5,9 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Mutex;
 
+use super::exit::{ContainerExit, ExitWatcher};
 use super::spare::SpareSlot;
-use super::start::{launch_with, restock, ContainerExit, ExitWatcher, Launched, MonitorArgs};
+use super::start::{launch_with, restock, Launched, MonitorArgs};
 use crate::error::Result;
 
 /// Starts monitors (which run containers) and waits for containers to exit.
