@@ -14,7 +14,7 @@ pub use spec::{caps, host, request, resources, stage, userns};
 
 pub use host::HostFacts;
 pub use launch::{
-    launch_monitor, ContainerExit, ExitWatcher, FakeLauncher, Launched, MonitorArgs,
+    launch_monitor, ContainerExit, ExitWatcher, FakeLauncher, Launched, MonitorArgs, MonitorLaunch,
     MonitorLauncher, ProcessLauncher,
 };
 pub use request::{

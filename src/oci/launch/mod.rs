@@ -5,8 +5,9 @@ pub mod launcher;
 pub mod spare;
 mod start;
 
+pub use crate::monitor::args::MonitorArgs;
 pub use exit::{
     find_monitors, monitor_alive, read_exit, running_monitors, ContainerExit, ExitWatcher,
 };
 pub use launcher::{FakeLauncher, MonitorLauncher, ProcessLauncher};
-pub use start::{launch_monitor, launch_with, restock, Launched, MonitorArgs};
+pub use start::{launch_monitor, launch_with, restock, Launched, MonitorLaunch};

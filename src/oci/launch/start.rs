@@ -13,8 +13,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
-use super::spare::{self, SpareSlot, Spawned, SYNC_FD};
+use super::spare::{self, SpareSlot, Spawned};
 use crate::error::{Error, ErrorKind, Result};
+use crate::monitor::args::MonitorArgs;
 
 /// The longest sync message kept (the rest of a longer one is read and dropped).
 const SYNC_MAX: usize = 64 << 10;
@@ -24,92 +25,25 @@ const STDERR_MAX: usize = 4 << 10;
 /// its copy of stderr at once).
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 
-/// What [`launch_monitor`] passes to `bosun monitor` (paths absolute; see its interface).
+/// A monitor to start: its arguments and how the daemon runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MonitorArgs {
+pub struct MonitorLaunch {
     /// The `bosun` binary to run as `<program> monitor …`; `None`: the current executable.
     pub program: Option<PathBuf>,
-    /// The container id.
-    pub id: String,
-    /// The OCI bundle directory.
-    pub bundle: PathBuf,
-    /// The runc binary.
-    pub runtime: PathBuf,
-    /// runc's `--root`.
-    pub runtime_root: PathBuf,
-    /// The CRI log file.
-    pub log_path: PathBuf,
-    /// Where the monitor writes the exit record.
-    pub exit_file: PathBuf,
-    /// Give the container a stdin pipe.
-    pub stdin: bool,
-    /// Close stdin after the first attach.
-    pub stdin_once: bool,
-    /// Run the container on a terminal.
-    pub tty: bool,
-    /// `--log-max-line` (`None`: the monitor's default).
-    pub log_max_line: Option<usize>,
-    /// runc uses its systemd cgroup driver (`--systemd-cgroup`).
-    pub systemd_cgroup: bool,
+    /// The arguments after `monitor` (paths absolute; see the monitor's interface).
+    pub args: MonitorArgs,
     /// How long to wait for the monitor's report (it includes `runc run`).
     pub timeout: Duration,
 }
 
-impl MonitorArgs {
-    /// Arguments for container `id` with no stdin or tty and a 60 s report timeout.
-    pub fn new(
-        id: impl Into<String>,
-        bundle: impl Into<PathBuf>,
-        runtime: impl Into<PathBuf>,
-        runtime_root: impl Into<PathBuf>,
-        log_path: impl Into<PathBuf>,
-        exit_file: impl Into<PathBuf>,
-    ) -> Self {
-        MonitorArgs {
+impl MonitorLaunch {
+    /// `args` run by the current executable, with a 60 s report timeout.
+    pub fn new(args: MonitorArgs) -> Self {
+        MonitorLaunch {
             program: None,
-            id: id.into(),
-            bundle: bundle.into(),
-            runtime: runtime.into(),
-            runtime_root: runtime_root.into(),
-            log_path: log_path.into(),
-            exit_file: exit_file.into(),
-            stdin: false,
-            stdin_once: false,
-            tty: false,
-            log_max_line: None,
-            systemd_cgroup: false,
+            args,
             timeout: Duration::from_secs(60),
         }
-    }
-
-    /// The command line after `<program> monitor`.
-    fn argv(&self) -> Vec<std::ffi::OsString> {
-        let mut argv: Vec<std::ffi::OsString> = vec!["--id".into()];
-        argv.push(self.id.clone().into());
-        for (flag, path) in [
-            ("--bundle", &self.bundle),
-            ("--runtime", &self.runtime),
-            ("--runtime-root", &self.runtime_root),
-            ("--log-path", &self.log_path),
-            ("--exit-file", &self.exit_file),
-        ] {
-            argv.extend([flag.into(), path.into()]);
-        }
-        argv.extend(["--sync-fd".into(), SYNC_FD.to_string().into()]);
-        for (flag, on) in [
-            ("--stdin", self.stdin),
-            ("--stdin-once", self.stdin_once),
-            ("--tty", self.tty),
-            ("--systemd-cgroup", self.systemd_cgroup),
-        ] {
-            if on {
-                argv.push(flag.into());
-            }
-        }
-        if let Some(n) = self.log_max_line {
-            argv.extend(["--log-max-line".into(), n.to_string().into()]);
-        }
-        argv
     }
 }
 
@@ -122,41 +56,44 @@ pub struct Launched {
     pub init_pid: i32,
 }
 
-/// Spawns the monitor for `args.id`, reaps the process that forks it, and returns the pids
-/// it reports; errors carry the monitor's message and name the container.
-pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
-    launch_with(args, None).await
+/// Spawns the monitor for `launch.args.id`, reaps the process that forks it, and returns the
+/// pids it reports; errors carry the monitor's message and name the container.
+pub async fn launch_monitor(launch: &MonitorLaunch) -> Result<Launched> {
+    launch_with(launch, None).await
 }
 
 /// [`launch_monitor`], through the spare in `slot` when it has one (see [`SpareSlot`]). The
 /// slot is not refilled here: the caller does it ([`restock`]) once its start is done, so the
 /// next spare's exec and start-up take no CPU from this start.
-pub async fn launch_with(args: &MonitorArgs, slot: Option<&Arc<SpareSlot>>) -> Result<Launched> {
-    let program = monitor_program(args)?;
-    let argv = args.argv();
+pub async fn launch_with(
+    launch: &MonitorLaunch,
+    slot: Option<&Arc<SpareSlot>>,
+) -> Result<Launched> {
+    let program = monitor_program(launch)?;
+    let argv = launch.args.to_argv();
     // posix_spawn, not fork: nothing of the daemon is copied (issue 13).
     let spawned = match slot {
         Some(slot) => slot.spawn(&program, &argv),
         None => spare::spawn_monitor(&program, &argv),
     };
-    report(args, &program, spawned).await
+    report(launch, &program, spawned).await
 }
 
-/// Makes the next spare in `slot` in the background for launches like `args`.
-pub fn restock(args: &MonitorArgs, slot: &Arc<SpareSlot>) {
-    match monitor_program(args) {
+/// Makes the next spare in `slot` in the background for launches like `launch`.
+pub fn restock(launch: &MonitorLaunch, slot: &Arc<SpareSlot>) {
+    match monitor_program(launch) {
         Ok(program) => slot.refill_later(&program),
         Err(e) => tracing::warn!("no spare monitor: {e}"),
     }
 }
 
 /// The binary run as `monitor`: the configured one, else this executable.
-fn monitor_program(args: &MonitorArgs) -> Result<PathBuf> {
-    match &args.program {
+fn monitor_program(launch: &MonitorLaunch) -> Result<PathBuf> {
+    match &launch.program {
         Some(p) => Ok(p.clone()),
         None => std::env::current_exe().map_err(|e| {
             start_error(
-                &args.id,
+                &launch.args.id,
                 ErrorKind::Internal,
                 format!("current executable: {e}"),
             )
@@ -164,13 +101,13 @@ fn monitor_program(args: &MonitorArgs) -> Result<PathBuf> {
     }
 }
 
-/// The report of the monitor `spawned` for `args.id`.
+/// The report of the monitor `spawned` for `launch.args.id`.
 async fn report(
-    args: &MonitorArgs,
+    launch: &MonitorLaunch,
     program: &Path,
     spawned: std::io::Result<Spawned>,
 ) -> Result<Launched> {
-    let fail = |kind: ErrorKind, msg: String| start_error(&args.id, kind, msg);
+    let fail = |kind: ErrorKind, msg: String| start_error(&launch.args.id, kind, msg);
     let Spawned {
         mut child,
         sync: read,
@@ -235,12 +172,12 @@ async fn report(
             }
         }
     };
-    let outcome = tokio::time::timeout(args.timeout, work)
+    let outcome = tokio::time::timeout(launch.timeout, work)
         .await
         .map_err(|_| {
             fail(
                 ErrorKind::DeadlineExceeded,
-                format!("no report in {:?}", args.timeout),
+                format!("no report in {:?}", launch.timeout),
             )
         })?
         .map_err(|e| fail(ErrorKind::Internal, e.to_string()))?;
@@ -248,7 +185,7 @@ async fn report(
         Ok(line) => line,
         Err((status, stderr, sync)) => {
             if let Some(msg) = sync_error(&sync) {
-                return Err(reported_error(&args.id, msg));
+                return Err(reported_error(&launch.args.id, msg));
             }
             let stderr = stderr.trim();
             let stderr = stderr.strip_prefix("bosun monitor: ").unwrap_or(stderr);
@@ -261,7 +198,7 @@ async fn report(
         }
     };
     if let Some(msg) = sync_error(&line) {
-        return Err(reported_error(&args.id, msg));
+        return Err(reported_error(&launch.args.id, msg));
     }
     serde_json::from_str::<Launched>(line.trim()).map_err(|e| {
         let msg = if line.is_empty() {
@@ -366,43 +303,16 @@ async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(pipe: Option<R>, max: usi
 mod tests {
     use super::*;
 
-    /// The launcher renders the command line the monitor parses: the two must never drift.
-    #[test]
-    fn argv_round_trips_through_the_monitors_own_parser() {
-        let mut a = MonitorArgs::new(
-            "c0ffee",
-            "/b/bundle",
-            "/usr/sbin/runc",
-            "/r/runc",
-            "/l/0.log",
-            "/e/exit.json",
-        );
-        a.stdin = true;
-        a.tty = true;
-        a.log_max_line = Some(4096);
-        a.systemd_cgroup = true;
-        let argv = a.argv();
-        let c = crate::monitor::args::parse(&argv).expect("the monitor accepts our argv");
-        assert_eq!(c.id, a.id);
-        assert_eq!(c.bundle, a.bundle);
-        assert_eq!(c.runtime, a.runtime);
-        assert_eq!(c.runtime_root, a.runtime_root);
-        assert_eq!(c.log_path, a.log_path);
-        assert_eq!(c.exit_file, a.exit_file);
-        assert_eq!(c.sync_fd, SYNC_FD);
-        assert_eq!((c.stdin, c.stdin_once, c.tty), (true, false, true));
-        assert_eq!(c.log_max_line, 4096);
-        assert!(c.systemd_cgroup);
-    }
-
     /// A stand-in for `bosun` running `body` as a shell script.
-    fn program(dir: &Path, body: &str) -> MonitorArgs {
+    fn program(dir: &Path, body: &str) -> MonitorLaunch {
         let path = dir.join("fake-bosun");
         crate::testutil::script(&path, &format!("#!/bin/sh\n{body}\n"));
-        let mut args = MonitorArgs::new("c1", "/b", "runc", "/r", "/l", dir.join("exit"));
-        args.program = Some(path);
-        args.timeout = Duration::from_secs(5);
-        args
+        let args = MonitorArgs::new("c1", "/b", "runc", "/r", "/l", dir.join("exit"));
+        MonitorLaunch {
+            program: Some(path),
+            timeout: Duration::from_secs(5),
+            ..MonitorLaunch::new(args)
+        }
     }
 
     #[tokio::test]
@@ -422,8 +332,8 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
     async fn a_process_that_cannot_start_is_the_callers_precondition() {
         let dir = tempfile::tempdir().expect("tempdir");
         let exec = r#"runc run failed: unable to start container process: exec: \"/nope\": stat /nope: no such file or directory"#;
-        let args = program(dir.path(), &format!("echo '{{\"error\": \"{exec}\"}}' >&3"));
-        let e = launch_monitor(&args).await.expect_err("error");
+        let launch = program(dir.path(), &format!("echo '{{\"error\": \"{exec}\"}}' >&3"));
+        let e = launch_monitor(&launch).await.expect_err("error");
         assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
         assert!(e.to_string().contains("/nope"), "{e}");
         for (msg, kind) in [
@@ -456,18 +366,18 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
     #[tokio::test]
     async fn errors_name_the_container() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let args = program(dir.path(), r#"echo '{"error": "runc create: boom"}' >&3"#);
-        let e = launch_monitor(&args).await.expect_err("error");
+        let launch = program(dir.path(), r#"echo '{"error": "runc create: boom"}' >&3"#);
+        let e = launch_monitor(&launch).await.expect_err("error");
         assert_eq!(e.to_string(), "container c1: start: runc create: boom");
-        let args = program(dir.path(), "echo 'bosun monitor: bad flag' >&2; exit 2");
-        let e = launch_monitor(&args).await.expect_err("error");
+        let launch = program(dir.path(), "echo 'bosun monitor: bad flag' >&2; exit 2");
+        let e = launch_monitor(&launch).await.expect_err("error");
         assert!(e.to_string().ends_with("exit status: 2: bad flag"), "{e}");
-        let args = program(dir.path(), "exit 0");
-        let e = launch_monitor(&args).await.expect_err("error");
+        let launch = program(dir.path(), "exit 0");
+        let e = launch_monitor(&launch).await.expect_err("error");
         assert!(e.to_string().contains("without a report"), "{e}");
-        let mut args = program(dir.path(), "exec sleep 5 3>&-");
-        args.timeout = Duration::from_millis(300);
-        let e = launch_monitor(&args).await.expect_err("timeout");
+        let mut launch = program(dir.path(), "exec sleep 5 3>&-");
+        launch.timeout = Duration::from_millis(300);
+        let e = launch_monitor(&launch).await.expect_err("timeout");
         assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "{e}");
     }
 
@@ -487,10 +397,10 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
             "(printf '{\"error\": \"' >&3; head -c 262144 /dev/zero | tr '\\0' z >&3; \
              printf '\"}\\n' >&3) & exit 0",
         ] {
-            let mut args = program(dir.path(), script);
-            args.timeout = Duration::from_secs(20);
+            let mut run = program(dir.path(), script);
+            run.timeout = Duration::from_secs(20);
             let t = std::time::Instant::now();
-            let e = launch_monitor(&args).await.expect_err("the monitor failed");
+            let e = launch_monitor(&run).await.expect_err("the monitor failed");
             assert!(
                 t.elapsed() < Duration::from_secs(10),
                 "{:?}: {script}",
@@ -526,13 +436,13 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
 fi
 echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
         let slot = Arc::new(SpareSlot::default());
-        let mut args = program(dir.path(), script);
-        args.id = "ok".into();
-        let cold = launch_with(&args, Some(&slot)).await;
+        let mut launch = program(dir.path(), script);
+        launch.args.id = "ok".into();
+        let cold = launch_with(&launch, Some(&slot)).await;
         assert_eq!(cold.map(|l| l.monitor_pid), Ok(1), "no spare yet: spawned");
         assert!(!slot.is_full(), "a launch does not refill the slot itself");
         // The next spare is made in the background once asked for.
-        let stock = args.clone();
+        let stock = launch.clone();
         let ready = || async {
             restock(&stock, &slot);
             for _ in 0..500 {
@@ -544,11 +454,11 @@ echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
             panic!("no spare made after a launch");
         };
         ready().await;
-        let spared = launch_with(&args, Some(&slot)).await;
+        let spared = launch_with(&launch, Some(&slot)).await;
         assert_eq!(spared.map(|l| l.monitor_pid), Ok(11), "through the spare");
         ready().await;
-        args.id = "bad".into();
-        let e = launch_with(&args, Some(&slot))
+        launch.args.id = "bad".into();
+        let e = launch_with(&launch, Some(&slot))
             .await
             .expect_err("the spare failed");
         assert_eq!(e.kind(), ErrorKind::Internal, "{e}");
@@ -559,8 +469,8 @@ echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
             "{e}"
         );
         ready().await;
-        args.id = "silent".into();
-        let e = launch_with(&args, Some(&slot))
+        launch.args.id = "silent".into();
+        let e = launch_with(&launch, Some(&slot))
             .await
             .expect_err("the spare failed");
         assert_eq!(
