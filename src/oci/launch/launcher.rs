@@ -1,5 +1,4 @@
-//! The monitor launcher behind a trait (DESIGN rule 3): [`MonitorLauncher`], the real
-//! [`ProcessLauncher`] and a scripted [`FakeLauncher`] for unit tests.
+//! The monitor launcher behind a trait (DESIGN rule 3): [`MonitorLauncher`], the real [`ProcessLauncher`] and a scripted [`FakeLauncher`] for unit tests.
 
 use std::collections::VecDeque;
 use std::path::Path;

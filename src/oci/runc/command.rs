@@ -1,5 +1,4 @@
-//! The OCI runtime behind a trait (DESIGN rule 3): [`OciRuntime`], its real implementation
-//! [`Runc`] (a wrapper around the `runc` command line) and the shared result types.
+//! The OCI runtime behind a trait (DESIGN rule 3): [`OciRuntime`], its real implementation [`Runc`] (a wrapper around the `runc` command line) and the shared result types.
 //!
 //! Every invocation is `runc --root R --log-format json [--log FILE] <cmd> …`, spawned with
 //! default signal dispositions and an empty mask ([`crate::sys::CommandExt`]). Failures carry

@@ -1,5 +1,4 @@
-//! The spec's mounts: kernel filesystems, the pod's files (/etc/hosts, /etc/hostname,
-//! /etc/resolv.conf, /dev/shm) and the request's bind mounts, ordered parents first.
+//! The spec's mounts: kernel filesystems, the pod's files (/etc/hosts, /etc/hostname, /etc/resolv.conf, /dev/shm) and the request's bind mounts, ordered parents first.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,10 @@
-//! Mounts staged on the host for what the OCI runtime cannot do itself (runc 1.1: recursive
-//! read-only and ID-mapped bind mounts): a detached clone of the source gets the attributes
-//! (`mount_setattr`), is attached under the container's stage directory and handed to runc as
-//! a plain bind mount. They are needed only while `runc create` copies them into the
-//! container's mount namespace: [`unstage`] then detaches them, and the container's one
-//! teardown runs it again (after a failure, Remove, or a crash mid-create).
+//! Mounts staged on the host for what the OCI runtime cannot do itself (runc 1.1: recursive read-only and ID-mapped bind mounts).
+//!
+//! A detached clone of the source gets the attributes (`mount_setattr`), is attached under the
+//! container's stage directory and handed to runc as a plain bind mount. They are needed only
+//! while `runc create` copies them into the container's mount namespace: [`unstage`] then
+//! detaches them, and the container's one teardown runs it again (after a failure, Remove, or
+//! a crash mid-create).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};

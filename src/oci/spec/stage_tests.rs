@@ -1,3 +1,5 @@
+//! Unit tests for staged mounts: nothing staged when the runtime does it all, recursive read-only staging, unstaging one container or all.
+
 use std::path::PathBuf;
 
 use oci_spec::runtime::{LinuxIdMappingBuilder, Mount, Spec};

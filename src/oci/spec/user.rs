@@ -1,5 +1,4 @@
-//! The process user: CRI run_as_* or the image USER, resolved in the image's /etc/passwd and
-//! /etc/group, read with every path lookup confined to the rootfs (openat2 RESOLVE_IN_ROOT).
+//! The process user: CRI run_as_* or the image USER, resolved in the image's /etc/passwd and /etc/group, read with every path lookup confined to the rootfs (openat2 RESOLVE_IN_ROOT).
 
 use std::io::Read;
 use std::path::Path;

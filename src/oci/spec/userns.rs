@@ -1,5 +1,4 @@
-//! User namespace and ID-mapped mount rules: which mappings are accepted, and how they are
-//! written (OCI `LinuxIDMapping`, `/proc/<pid>/uid_map` text).
+//! User namespace and ID-mapped mount rules: which mappings are accepted, and how they are written (OCI `LinuxIDMapping`, `/proc/<pid>/uid_map` text).
 
 use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder};
 

@@ -1,3 +1,5 @@
+//! Unit tests for the user namespace rules: accepted pod mappings, mount mappings, `uid_map` text, host ids.
+
 use super::*;
 use crate::error::ErrorKind;
 use crate::oci::spec::request::to_host;
