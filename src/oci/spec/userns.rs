@@ -1,10 +1,9 @@
-//! User namespace and ID-mapped mount rules: which mappings are accepted, and how they are
-//! written (OCI `LinuxIDMapping`, `/proc/<pid>/uid_map` text).
+//! User namespace and ID-mapped mount rules: which mappings are accepted, and how they are written (OCI `LinuxIDMapping`, `/proc/<pid>/uid_map` text).
 
 use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder};
 
 use crate::error::{Error, Result};
-use crate::oci::request::{IdMapping, UserNamespace};
+use crate::oci::spec::request::{IdMapping, UserNamespace};
 
 /// The most ranges the kernel takes in one `uid_map` (Linux 4.15 and later).
 pub const MAX_RANGES: usize = 340;

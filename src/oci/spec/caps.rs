@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use oci_spec::runtime::{Capabilities, Capability, LinuxCapabilities};
 
 use crate::error::{Error, Result};
-use crate::oci::request::CapabilityEdits;
+use crate::oci::spec::request::CapabilityEdits;
 
 /// Every capability the kernel defines, by bit number (`include/uapi/linux/capability.h`).
 pub const ALL_CAPABILITIES: [&str; 41] = [

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::error::ErrorKind;
-use crate::oci::caps::DEFAULT_CAPABILITIES;
+use crate::oci::spec::caps::DEFAULT_CAPABILITIES;
 
 fn default_caps() -> BTreeSet<&'static str> {
     DEFAULT_CAPABILITIES.iter().copied().collect()

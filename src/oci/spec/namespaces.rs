@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
 
 use crate::error::{Error, Result};
-use crate::oci::request::{NamespaceMode, NamespaceOptions, SandboxContext};
+use crate::oci::spec::request::{NamespaceMode, NamespaceOptions, SandboxContext};
 
 fn ns(typ: LinuxNamespaceType, path: Option<PathBuf>) -> LinuxNamespace {
     let mut n = LinuxNamespace::default();

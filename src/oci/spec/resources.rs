@@ -6,7 +6,7 @@ use oci_spec::runtime::{LinuxCpu, LinuxHugepageLimit, LinuxMemory, LinuxResource
 
 use crate::config::CgroupDriver;
 use crate::error::{echo, Error, Result};
-use crate::oci::request::Resources;
+use crate::oci::spec::request::Resources;
 
 /// cpu.shares the kernel keeps as written (v1 clamps to 2..=262144 and runc then fails).
 pub const SHARES: std::ops::RangeInclusive<u64> = 2..=262_144;
@@ -295,7 +295,7 @@ pub fn check_cgroups_path(driver: CgroupDriver, path: &str) -> Result<()> {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
-    use crate::oci::request::HugepageLimit;
+    use crate::oci::spec::request::HugepageLimit;
 
     fn v1() -> CgroupSupport {
         CgroupSupport {

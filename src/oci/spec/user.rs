@@ -1,5 +1,4 @@
-//! The process user: CRI run_as_* or the image USER, resolved in the image's /etc/passwd and
-//! /etc/group, read with every path lookup confined to the rootfs (openat2 RESOLVE_IN_ROOT).
+//! The process user: CRI run_as_* or the image USER, resolved in the image's /etc/passwd and /etc/group, read with every path lookup confined to the rootfs (openat2 RESOLVE_IN_ROOT).
 
 use std::io::Read;
 use std::path::Path;
@@ -7,7 +6,7 @@ use std::path::Path;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use crate::error::{Error, Result};
-use crate::oci::request::{Security, SupplementalGroupsPolicy};
+use crate::oci::spec::request::{Security, SupplementalGroupsPolicy};
 
 /// runc refuses ids above `i32::MAX` (containerd's WithUser follows it, pkg/oci/spec_opts.go).
 const MAX_ID: i64 = i32::MAX as i64;

@@ -1,6 +1,8 @@
+//! Unit tests for the user namespace rules: accepted pod mappings, mount mappings, `uid_map` text, host ids.
+
 use super::*;
 use crate::error::ErrorKind;
-use crate::oci::request::to_host;
+use crate::oci::spec::request::to_host;
 
 fn m(container_id: u32, host_id: u32, length: u32) -> IdMapping {
     IdMapping {

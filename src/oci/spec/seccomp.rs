@@ -1,6 +1,4 @@
-//! Seccomp: the embedded RuntimeDefault profile and Localhost profiles, both in the moby profile
-//! format (archMap, includes/excludes), resolved for this host's architecture and the
-//! container's capabilities into the spec's `linux.seccomp`.
+//! Seccomp: the embedded RuntimeDefault profile and Localhost profiles, both in the moby profile format (archMap, includes/excludes), resolved for this host's architecture and the container's capabilities into the spec's `linux.seccomp`.
 
 use std::collections::BTreeSet;
 use std::io::Read;

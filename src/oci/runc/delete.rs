@@ -99,7 +99,7 @@ fn start_time(pid: i32) -> Option<u64> {
     if pid <= 0 {
         return None;
     }
-    super::runtime::proc_tree::ProcStat::of(pid).map(|p| p.start_time)
+    super::proc_tree::ProcStat::of(pid).map(|p| p.start_time)
 }
 
 #[cfg(test)]

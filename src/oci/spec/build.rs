@@ -8,9 +8,11 @@ use oci_spec::runtime::{Linux, LinuxResources, Process, Root, Spec, User};
 use crate::config::CgroupDriver;
 use crate::error::{Error, Result};
 use crate::image::manifest::RunConfig;
-use crate::oci::host::HostFacts;
-use crate::oci::request::{ContainerRequest, SandboxContext};
-use crate::oci::{caps, devices, mounts, namespaces, process, resources, security, user, userns};
+use crate::oci::spec::host::HostFacts;
+use crate::oci::spec::request::{ContainerRequest, SandboxContext};
+use crate::oci::spec::{
+    caps, devices, mounts, namespaces, process, resources, security, user, userns,
+};
 
 /// The runtime-spec version written into config.json (what runc 1.1 implements).
 pub const OCI_VERSION: &str = "1.0.2-dev";
@@ -183,5 +185,5 @@ pub(crate) fn build(
 }
 
 #[cfg(test)]
-#[path = "spec_tests.rs"]
+#[path = "build_tests.rs"]
 mod tests;

@@ -1,3 +1,5 @@
+//! Unit tests for staged mounts: nothing staged when the runtime does it all, recursive read-only staging, unstaging one container or all.
+
 use std::path::PathBuf;
 
 use oci_spec::runtime::{LinuxIdMappingBuilder, Mount, Spec};
@@ -109,7 +111,7 @@ fn rro_is_staged_read_only_all_the_way_down_and_unstaged() {
     }
     std::fs::write(fx.source().join("tmpfs/f"), "x").expect("host side writable");
     unstage(&stage).expect("unstage");
-    assert!(crate::oci::mounts::mount_points_under(&stage).is_empty());
+    assert!(crate::oci::spec::mounts::mount_points_under(&stage).is_empty());
     assert!(!stage.exists());
     unstage(&stage).expect("idempotent");
 }
@@ -147,7 +149,7 @@ fn unstage_all_detaches_only_stage_mounts_of_containers_done_with_them() {
     clone_to(&fx.source(), &other, false, &attrs).expect("a container's own mount");
     // c3 is created, not started: its stage waits for its `runc run`.
     assert_eq!(unstage_all(&containers, |id| id != "c3"), 1);
-    let mut left = crate::oci::mounts::mount_points_under(&containers);
+    let mut left = crate::oci::spec::mounts::mount_points_under(&containers);
     left.sort();
     assert_eq!(left, vec![other.clone(), waiting.clone()]);
     for p in [&other, &waiting] {

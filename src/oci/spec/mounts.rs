@@ -1,5 +1,4 @@
-//! The spec's mounts: kernel filesystems, the pod's files (/etc/hosts, /etc/hostname,
-//! /etc/resolv.conf, /dev/shm) and the request's bind mounts, ordered parents first.
+//! The spec's mounts: kernel filesystems, the pod's files (/etc/hosts, /etc/hostname, /etc/resolv.conf, /dev/shm) and the request's bind mounts, ordered parents first.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -7,8 +6,8 @@ use std::path::{Path, PathBuf};
 use oci_spec::runtime::Mount;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::oci::request::{MountRequest, Propagation, SandboxContext};
-use crate::oci::userns;
+use crate::oci::spec::request::{MountRequest, Propagation, SandboxContext};
+use crate::oci::spec::userns;
 
 /// The mounts and the rootfs propagation they need.
 #[derive(Debug, Clone, Default)]

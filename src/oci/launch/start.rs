@@ -1,5 +1,4 @@
-//! Starting a container's monitor ([`launch_monitor`]) and learning when the container exited
-//! ([`ExitWatcher`]), also for monitors started before a daemon restart.
+//! Starting a container's monitor ([`launch_monitor`]): spawning it (or handing a spare its arguments) and reading its report.
 //!
 //! The monitor (`bosun monitor …`, see [`crate::monitor`]) forks away: the process we spawn
 //! exits at once and is reaped here (a spare's was reaped before, [`SpareSlot`]); the
@@ -14,10 +13,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
+use super::spare::{self, SpareSlot, Spawned};
 use crate::error::{Error, ErrorKind, Result};
-use crate::monitor::exit_record::ExitRecord;
-use crate::oci::spare::{self, SpareSlot, Spawned, SYNC_FD};
-use crate::sys::PidFd;
+use crate::monitor::args::MonitorArgs;
 
 /// The longest sync message kept (the rest of a longer one is read and dropped).
 const SYNC_MAX: usize = 64 << 10;
@@ -27,92 +25,25 @@ const STDERR_MAX: usize = 4 << 10;
 /// its copy of stderr at once).
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 
-/// What [`launch_monitor`] passes to `bosun monitor` (paths absolute; see its interface).
+/// A monitor to start: its arguments and how the daemon runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MonitorArgs {
+pub struct MonitorLaunch {
     /// The `bosun` binary to run as `<program> monitor …`; `None`: the current executable.
     pub program: Option<PathBuf>,
-    /// The container id.
-    pub id: String,
-    /// The OCI bundle directory.
-    pub bundle: PathBuf,
-    /// The runc binary.
-    pub runtime: PathBuf,
-    /// runc's `--root`.
-    pub runtime_root: PathBuf,
-    /// The CRI log file.
-    pub log_path: PathBuf,
-    /// Where the monitor writes the exit record.
-    pub exit_file: PathBuf,
-    /// Give the container a stdin pipe.
-    pub stdin: bool,
-    /// Close stdin after the first attach.
-    pub stdin_once: bool,
-    /// Run the container on a terminal.
-    pub tty: bool,
-    /// `--log-max-line` (`None`: the monitor's default).
-    pub log_max_line: Option<usize>,
-    /// runc uses its systemd cgroup driver (`--systemd-cgroup`).
-    pub systemd_cgroup: bool,
+    /// The arguments after `monitor` (paths absolute; see the monitor's interface).
+    pub args: MonitorArgs,
     /// How long to wait for the monitor's report (it includes `runc run`).
     pub timeout: Duration,
 }
 
-impl MonitorArgs {
-    /// Arguments for container `id` with no stdin or tty and a 60 s report timeout.
-    pub fn new(
-        id: impl Into<String>,
-        bundle: impl Into<PathBuf>,
-        runtime: impl Into<PathBuf>,
-        runtime_root: impl Into<PathBuf>,
-        log_path: impl Into<PathBuf>,
-        exit_file: impl Into<PathBuf>,
-    ) -> Self {
-        MonitorArgs {
+impl MonitorLaunch {
+    /// `args` run by the current executable, with a 60 s report timeout.
+    pub fn new(args: MonitorArgs) -> Self {
+        MonitorLaunch {
             program: None,
-            id: id.into(),
-            bundle: bundle.into(),
-            runtime: runtime.into(),
-            runtime_root: runtime_root.into(),
-            log_path: log_path.into(),
-            exit_file: exit_file.into(),
-            stdin: false,
-            stdin_once: false,
-            tty: false,
-            log_max_line: None,
-            systemd_cgroup: false,
+            args,
             timeout: Duration::from_secs(60),
         }
-    }
-
-    /// The command line after `<program> monitor`.
-    fn argv(&self) -> Vec<std::ffi::OsString> {
-        let mut argv: Vec<std::ffi::OsString> = vec!["--id".into()];
-        argv.push(self.id.clone().into());
-        for (flag, path) in [
-            ("--bundle", &self.bundle),
-            ("--runtime", &self.runtime),
-            ("--runtime-root", &self.runtime_root),
-            ("--log-path", &self.log_path),
-            ("--exit-file", &self.exit_file),
-        ] {
-            argv.extend([flag.into(), path.into()]);
-        }
-        argv.extend(["--sync-fd".into(), SYNC_FD.to_string().into()]);
-        for (flag, on) in [
-            ("--stdin", self.stdin),
-            ("--stdin-once", self.stdin_once),
-            ("--tty", self.tty),
-            ("--systemd-cgroup", self.systemd_cgroup),
-        ] {
-            if on {
-                argv.push(flag.into());
-            }
-        }
-        if let Some(n) = self.log_max_line {
-            argv.extend(["--log-max-line".into(), n.to_string().into()]);
-        }
-        argv
     }
 }
 
@@ -125,41 +56,44 @@ pub struct Launched {
     pub init_pid: i32,
 }
 
-/// Spawns the monitor for `args.id`, reaps the process that forks it, and returns the pids
-/// it reports; errors carry the monitor's message and name the container.
-pub async fn launch_monitor(args: &MonitorArgs) -> Result<Launched> {
-    launch_with(args, None).await
+/// Spawns the monitor for `launch.args.id`, reaps the process that forks it, and returns the
+/// pids it reports; errors carry the monitor's message and name the container.
+pub async fn launch_monitor(launch: &MonitorLaunch) -> Result<Launched> {
+    launch_with(launch, None).await
 }
 
 /// [`launch_monitor`], through the spare in `slot` when it has one (see [`SpareSlot`]). The
 /// slot is not refilled here: the caller does it ([`restock`]) once its start is done, so the
 /// next spare's exec and start-up take no CPU from this start.
-pub async fn launch_with(args: &MonitorArgs, slot: Option<&Arc<SpareSlot>>) -> Result<Launched> {
-    let program = monitor_program(args)?;
-    let argv = args.argv();
+pub async fn launch_with(
+    launch: &MonitorLaunch,
+    slot: Option<&Arc<SpareSlot>>,
+) -> Result<Launched> {
+    let program = monitor_program(launch)?;
+    let argv = launch.args.to_argv();
     // posix_spawn, not fork: nothing of the daemon is copied (issue 13).
     let spawned = match slot {
         Some(slot) => slot.spawn(&program, &argv),
         None => spare::spawn_monitor(&program, &argv),
     };
-    report(args, &program, spawned).await
+    report(launch, &program, spawned).await
 }
 
-/// Makes the next spare in `slot` in the background for launches like `args`.
-pub fn restock(args: &MonitorArgs, slot: &Arc<SpareSlot>) {
-    match monitor_program(args) {
+/// Makes the next spare in `slot` in the background for launches like `launch`.
+pub fn restock(launch: &MonitorLaunch, slot: &Arc<SpareSlot>) {
+    match monitor_program(launch) {
         Ok(program) => slot.refill_later(&program),
         Err(e) => tracing::warn!("no spare monitor: {e}"),
     }
 }
 
 /// The binary run as `monitor`: the configured one, else this executable.
-fn monitor_program(args: &MonitorArgs) -> Result<PathBuf> {
-    match &args.program {
+fn monitor_program(launch: &MonitorLaunch) -> Result<PathBuf> {
+    match &launch.program {
         Some(p) => Ok(p.clone()),
         None => std::env::current_exe().map_err(|e| {
             start_error(
-                &args.id,
+                &launch.args.id,
                 ErrorKind::Internal,
                 format!("current executable: {e}"),
             )
@@ -167,13 +101,13 @@ fn monitor_program(args: &MonitorArgs) -> Result<PathBuf> {
     }
 }
 
-/// The report of the monitor `spawned` for `args.id`.
+/// The report of the monitor `spawned` for `launch.args.id`.
 async fn report(
-    args: &MonitorArgs,
+    launch: &MonitorLaunch,
     program: &Path,
     spawned: std::io::Result<Spawned>,
 ) -> Result<Launched> {
-    let fail = |kind: ErrorKind, msg: String| start_error(&args.id, kind, msg);
+    let fail = |kind: ErrorKind, msg: String| start_error(&launch.args.id, kind, msg);
     let Spawned {
         mut child,
         sync: read,
@@ -238,12 +172,12 @@ async fn report(
             }
         }
     };
-    let outcome = tokio::time::timeout(args.timeout, work)
+    let outcome = tokio::time::timeout(launch.timeout, work)
         .await
         .map_err(|_| {
             fail(
                 ErrorKind::DeadlineExceeded,
-                format!("no report in {:?}", args.timeout),
+                format!("no report in {:?}", launch.timeout),
             )
         })?
         .map_err(|e| fail(ErrorKind::Internal, e.to_string()))?;
@@ -251,7 +185,7 @@ async fn report(
         Ok(line) => line,
         Err((status, stderr, sync)) => {
             if let Some(msg) = sync_error(&sync) {
-                return Err(reported_error(&args.id, msg));
+                return Err(reported_error(&launch.args.id, msg));
             }
             let stderr = stderr.trim();
             let stderr = stderr.strip_prefix("bosun monitor: ").unwrap_or(stderr);
@@ -264,7 +198,7 @@ async fn report(
         }
     };
     if let Some(msg) = sync_error(&line) {
-        return Err(reported_error(&args.id, msg));
+        return Err(reported_error(&launch.args.id, msg));
     }
     serde_json::from_str::<Launched>(line.trim()).map_err(|e| {
         let msg = if line.is_empty() {
@@ -365,157 +299,20 @@ async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(pipe: Option<R>, max: usi
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-/// How a container ended, as far as its monitor recorded it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ContainerExit {
-    /// The monitor's exit record.
-    Recorded(ExitRecord),
-    /// The monitor is gone and left no readable record (the reason says why).
-    Unknown(String),
-}
-
-/// Waits for a container's exit through its monitor — a child of ours or not (after a daemon
-/// restart): a pidfd of the monitor becomes readable when it exits, and the exit file, written
-/// before that, is then read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExitWatcher {
-    id: String,
-    monitor_pid: i32,
-    exit_file: PathBuf,
-}
-
-impl ExitWatcher {
-    /// Watches the monitor `monitor_pid` of container `id`, which writes `exit_file`.
-    pub fn new(id: impl Into<String>, monitor_pid: i32, exit_file: impl Into<PathBuf>) -> Self {
-        ExitWatcher {
-            id: id.into(),
-            monitor_pid,
-            exit_file: exit_file.into(),
-        }
-    }
-
-    /// Resolves once the monitor has exited (at once if it is already gone); never panics.
-    pub async fn wait(&self) -> ContainerExit {
-        match PidFd::open(self.monitor_pid) {
-            // The pid may have been reused since the monitor was recorded: check it is ours.
-            // If it dies from here on, the pidfd (bound to this very process) reports it.
-            Ok(fd) if self.monitor_alive() => {
-                if fd.exited().await.is_err() {
-                    self.poll_until_gone().await;
-                }
-            }
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-            Err(_) => self.poll_until_gone().await,
-        }
-        read_exit(&self.exit_file)
-    }
-
-    /// The fallback when no pidfd can be had: polls the monitor's command line.
-    async fn poll_until_gone(&self) {
-        while self.monitor_alive() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Whether the watched monitor still runs.
-    fn monitor_alive(&self) -> bool {
-        monitor_alive(self.monitor_pid, &self.id)
-    }
-}
-
-/// Whether `pid` runs `… monitor --id <id> …`: the monitor of container `id`, not a process
-/// that recycled its pid (and not a zombie, which has no command line).
-pub fn monitor_alive(pid: i32, id: &str) -> bool {
-    if pid <= 0 {
-        return false;
-    }
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"));
-    let needle = format!("\0monitor\0--id\0{id}\0");
-    cmdline.is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
-}
-
-/// The container ids of every running monitor (`… monitor --id <id> …`, one scan of
-/// `/proc`), with their pids: after a launch, for a moment, the process that forks the monitor
-/// is listed too. Recovery uses it for StartContainer calls a daemon crash interrupted, whose
-/// monitor's pid was never recorded.
-pub fn running_monitors() -> Vec<(String, i32)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            argv.windows(3)
-                .find(|w| w[0] == b"monitor" && w[1] == b"--id")
-                .map(|w| (String::from_utf8_lossy(w[2]).into_owned(), pid))
-        })
-        .collect()
-}
-
-/// The pids of [`running_monitors`] for container `id`.
-pub fn find_monitors(id: &str) -> Vec<i32> {
-    running_monitors()
-        .into_iter()
-        .filter(|(m, _)| m == id)
-        .map(|(_, pid)| pid)
-        .collect()
-}
-
-/// The exit record at `path`, or why there is none.
-pub fn read_exit(path: &Path) -> ContainerExit {
-    match std::fs::read(path) {
-        Ok(bytes) => match serde_json::from_slice(&bytes) {
-            Ok(record) => ContainerExit::Recorded(record),
-            Err(e) => ContainerExit::Unknown(format!("exit file {}: {e}", path.display())),
-        },
-        Err(e) => ContainerExit::Unknown(format!("no exit file {}: {e}", path.display())),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The launcher renders the command line the monitor parses: the two must never drift.
-    #[test]
-    fn argv_round_trips_through_the_monitors_own_parser() {
-        let mut a = MonitorArgs::new(
-            "c0ffee",
-            "/b/bundle",
-            "/usr/sbin/runc",
-            "/r/runc",
-            "/l/0.log",
-            "/e/exit.json",
-        );
-        a.stdin = true;
-        a.tty = true;
-        a.log_max_line = Some(4096);
-        a.systemd_cgroup = true;
-        let argv = a.argv();
-        let c = crate::monitor::args::parse(&argv).expect("the monitor accepts our argv");
-        assert_eq!(c.id, a.id);
-        assert_eq!(c.bundle, a.bundle);
-        assert_eq!(c.runtime, a.runtime);
-        assert_eq!(c.runtime_root, a.runtime_root);
-        assert_eq!(c.log_path, a.log_path);
-        assert_eq!(c.exit_file, a.exit_file);
-        assert_eq!(c.sync_fd, SYNC_FD);
-        assert_eq!((c.stdin, c.stdin_once, c.tty), (true, false, true));
-        assert_eq!(c.log_max_line, 4096);
-        assert!(c.systemd_cgroup);
-    }
-
     /// A stand-in for `bosun` running `body` as a shell script.
-    fn program(dir: &Path, body: &str) -> MonitorArgs {
+    fn program(dir: &Path, body: &str) -> MonitorLaunch {
         let path = dir.join("fake-bosun");
         crate::testutil::script(&path, &format!("#!/bin/sh\n{body}\n"));
-        let mut args = MonitorArgs::new("c1", "/b", "runc", "/r", "/l", dir.join("exit"));
-        args.program = Some(path);
-        args.timeout = Duration::from_secs(5);
-        args
+        let args = MonitorArgs::new("c1", "/b", "runc", "/r", "/l", dir.join("exit"));
+        MonitorLaunch {
+            program: Some(path),
+            timeout: Duration::from_secs(5),
+            ..MonitorLaunch::new(args)
+        }
     }
 
     #[tokio::test]
@@ -535,8 +332,8 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
     async fn a_process_that_cannot_start_is_the_callers_precondition() {
         let dir = tempfile::tempdir().expect("tempdir");
         let exec = r#"runc run failed: unable to start container process: exec: \"/nope\": stat /nope: no such file or directory"#;
-        let args = program(dir.path(), &format!("echo '{{\"error\": \"{exec}\"}}' >&3"));
-        let e = launch_monitor(&args).await.expect_err("error");
+        let launch = program(dir.path(), &format!("echo '{{\"error\": \"{exec}\"}}' >&3"));
+        let e = launch_monitor(&launch).await.expect_err("error");
         assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
         assert!(e.to_string().contains("/nope"), "{e}");
         for (msg, kind) in [
@@ -569,18 +366,18 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
     #[tokio::test]
     async fn errors_name_the_container() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let args = program(dir.path(), r#"echo '{"error": "runc create: boom"}' >&3"#);
-        let e = launch_monitor(&args).await.expect_err("error");
+        let launch = program(dir.path(), r#"echo '{"error": "runc create: boom"}' >&3"#);
+        let e = launch_monitor(&launch).await.expect_err("error");
         assert_eq!(e.to_string(), "container c1: start: runc create: boom");
-        let args = program(dir.path(), "echo 'bosun monitor: bad flag' >&2; exit 2");
-        let e = launch_monitor(&args).await.expect_err("error");
+        let launch = program(dir.path(), "echo 'bosun monitor: bad flag' >&2; exit 2");
+        let e = launch_monitor(&launch).await.expect_err("error");
         assert!(e.to_string().ends_with("exit status: 2: bad flag"), "{e}");
-        let args = program(dir.path(), "exit 0");
-        let e = launch_monitor(&args).await.expect_err("error");
+        let launch = program(dir.path(), "exit 0");
+        let e = launch_monitor(&launch).await.expect_err("error");
         assert!(e.to_string().contains("without a report"), "{e}");
-        let mut args = program(dir.path(), "exec sleep 5 3>&-");
-        args.timeout = Duration::from_millis(300);
-        let e = launch_monitor(&args).await.expect_err("timeout");
+        let mut launch = program(dir.path(), "exec sleep 5 3>&-");
+        launch.timeout = Duration::from_millis(300);
+        let e = launch_monitor(&launch).await.expect_err("timeout");
         assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "{e}");
     }
 
@@ -600,10 +397,10 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
             "(printf '{\"error\": \"' >&3; head -c 262144 /dev/zero | tr '\\0' z >&3; \
              printf '\"}\\n' >&3) & exit 0",
         ] {
-            let mut args = program(dir.path(), script);
-            args.timeout = Duration::from_secs(20);
+            let mut run = program(dir.path(), script);
+            run.timeout = Duration::from_secs(20);
             let t = std::time::Instant::now();
-            let e = launch_monitor(&args).await.expect_err("the monitor failed");
+            let e = launch_monitor(&run).await.expect_err("the monitor failed");
             assert!(
                 t.elapsed() < Duration::from_secs(10),
                 "{:?}: {script}",
@@ -639,13 +436,13 @@ echo '{"monitor_pid": 11, "init_pid": 22}' >&3"#;
 fi
 echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
         let slot = Arc::new(SpareSlot::default());
-        let mut args = program(dir.path(), script);
-        args.id = "ok".into();
-        let cold = launch_with(&args, Some(&slot)).await;
+        let mut launch = program(dir.path(), script);
+        launch.args.id = "ok".into();
+        let cold = launch_with(&launch, Some(&slot)).await;
         assert_eq!(cold.map(|l| l.monitor_pid), Ok(1), "no spare yet: spawned");
         assert!(!slot.is_full(), "a launch does not refill the slot itself");
         // The next spare is made in the background once asked for.
-        let stock = args.clone();
+        let stock = launch.clone();
         let ready = || async {
             restock(&stock, &slot);
             for _ in 0..500 {
@@ -657,11 +454,11 @@ echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
             panic!("no spare made after a launch");
         };
         ready().await;
-        let spared = launch_with(&args, Some(&slot)).await;
+        let spared = launch_with(&launch, Some(&slot)).await;
         assert_eq!(spared.map(|l| l.monitor_pid), Ok(11), "through the spare");
         ready().await;
-        args.id = "bad".into();
-        let e = launch_with(&args, Some(&slot))
+        launch.args.id = "bad".into();
+        let e = launch_with(&launch, Some(&slot))
             .await
             .expect_err("the spare failed");
         assert_eq!(e.kind(), ErrorKind::Internal, "{e}");
@@ -672,8 +469,8 @@ echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
             "{e}"
         );
         ready().await;
-        args.id = "silent".into();
-        let e = launch_with(&args, Some(&slot))
+        launch.args.id = "silent".into();
+        let e = launch_with(&launch, Some(&slot))
             .await
             .expect_err("the spare failed");
         assert_eq!(
@@ -681,39 +478,5 @@ echo '{"monitor_pid": 1, "init_pid": 2}' >&3"#;
             "container silent: start monitor: ended without a report",
             "{e}"
         );
-    }
-
-    #[tokio::test]
-    async fn exit_watcher_waits_for_the_monitor_then_reads_the_record() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let exit = dir.path().join("exit");
-        let record = r#"{"pid":5,"exit_code":137,"signal":9,"oom_killed":false,"started_at_ns":1,"finished_at_ns":2}"#;
-        // Its command line looks like a monitor's: `sh -c SCRIPT monitor --id c1 FILE`.
-        let script = format!("sleep 0.3; echo '{record}' > \"$3\"");
-        let mut child = tokio::process::Command::new("sh")
-            .args(["-c", &script, "monitor", "--id", "c1"])
-            .arg(&exit)
-            .spawn()
-            .expect("spawn");
-        let pid = child.id().and_then(|p| i32::try_from(p).ok()).expect("pid");
-        let watcher = ExitWatcher::new("c1", pid, &exit);
-        // The spawn may return before the new command line is visible in /proc.
-        for _ in 0..100 {
-            if watcher.monitor_alive() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let got = watcher.wait().await;
-        let ContainerExit::Recorded(r) = got else {
-            panic!("{got:?}");
-        };
-        assert_eq!((r.pid, r.exit_code, r.signal), (5, 137, Some(9)));
-        child.wait().await.expect("reap");
-        // A pid that is not this container's monitor (ours) resolves at once: no file.
-        let me = std::process::id() as i32;
-        let other = ExitWatcher::new("c2", me, dir.path().join("none"));
-        let got = tokio::time::timeout(Duration::from_secs(2), other.wait()).await;
-        assert!(matches!(got, Ok(ContainerExit::Unknown(_))), "{got:?}");
     }
 }

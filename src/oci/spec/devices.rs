@@ -6,7 +6,7 @@ use oci_spec::runtime::{LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType};
 use rustix::fs::FileType;
 
 use crate::error::{Error, Result};
-use crate::oci::request::DeviceRequest;
+use crate::oci::spec::request::DeviceRequest;
 
 /// The nodes to create and the cgroup rules, in order (the first rule denies everything;
 /// runc appends its own defaults for /dev/null, /dev/zero, ... after these).

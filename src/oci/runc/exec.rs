@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::command::{json_error, kind_of};
 use super::exec_kill::{ExecKiller, TmpDir};
+use super::{ExecOutput, Runc};
 use crate::error::{Error, ErrorKind, Result};
-use crate::oci::runc::{json_error, kind_of, ExecOutput, Runc};
 use crate::sys::CommandExt;
 
 /// How long output may keep flowing after the process ended (a descendant that escaped the

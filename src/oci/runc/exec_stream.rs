@@ -21,11 +21,12 @@ use rustix::fs::OFlags;
 use rustix::pipe::{pipe_with, PipeFlags};
 use rustix::termios::Winsize;
 
+use super::command::{json_error, kind_of};
 use super::exec::code_of;
 pub use super::exec_kill::ExecKiller;
 use super::exec_kill::TmpDir;
+use super::Runc;
 use crate::error::{Error, ErrorKind, Result};
-use crate::oci::runc::{json_error, kind_of, Runc};
 use crate::sys::CommandExt;
 
 /// The streams of a streaming exec.

@@ -1,5 +1,4 @@
-//! The OCI runtime behind a trait (DESIGN rule 3): [`OciRuntime`], its real implementation
-//! [`Runc`] (a wrapper around the `runc` command line) and the shared result types.
+//! The OCI runtime behind a trait (DESIGN rule 3): [`OciRuntime`], its real implementation [`Runc`] (a wrapper around the `runc` command line) and the shared result types.
 //!
 //! Every invocation is `runc --root R --log-format json [--log FILE] <cmd> …`, spawned with
 //! default signal dispositions and an empty mask ([`crate::sys::CommandExt`]). Failures carry
@@ -93,14 +92,14 @@ pub trait OciRuntime: Send + Sync {
         cap: usize,
     ) -> Result<ExecOutput>;
     /// A streaming `runc exec` for an interactive session (see
-    /// [`super::runtime::exec_stream`]); `size` is a terminal's initial size.
+    /// [`super::exec_stream`]); `size` is a terminal's initial size.
     async fn exec_stream(
         &self,
         id: &str,
         process: &oci_spec::runtime::Process,
-        stdio: super::runtime::ExecStdio,
+        stdio: super::ExecStdio,
         size: Option<(u16, u16)>,
-    ) -> Result<super::runtime::ExecProcess> {
+    ) -> Result<super::ExecProcess> {
         let _ = (process, stdio, size);
         Err(Error::unimplemented(format!(
             "container {id}: streaming exec is not supported by this runtime"
@@ -252,11 +251,10 @@ impl OciRuntime for Runc {
         // runc's own mechanism, without starting the runc binary (see `runtime::fifo`).
         if is_plain_name(id) {
             let dir = self.root.join(id);
-            let released =
-                tokio::task::spawn_blocking(move || super::runtime::fifo::release(&dir)).await;
+            let released = tokio::task::spawn_blocking(move || super::fifo::release(&dir)).await;
             match released {
-                Ok(super::runtime::fifo::Released::Started) => return Ok(()),
-                Ok(super::runtime::fifo::Released::Fallback(why)) => {
+                Ok(super::fifo::Released::Started) => return Ok(()),
+                Ok(super::fifo::Released::Fallback(why)) => {
                     tracing::debug!(container = id, "start through runc: {why}")
                 }
                 Err(e) => tracing::debug!(container = id, "start through runc: {e}"),
@@ -289,16 +287,13 @@ impl OciRuntime for Runc {
         // The systemd driver's cgroups are scopes only systemd (through runc) stops.
         if !self.systemd_cgroup {
             let (root, cid) = (self.root.clone(), id.to_string());
-            let outcome = tokio::task::spawn_blocking(move || {
-                super::runc_delete::delete_stopped(&root, &cid)
-            })
-            .await
-            .map_err(|e| Error::internal(format!("container {id}: delete task: {e}")))?;
+            let outcome =
+                tokio::task::spawn_blocking(move || super::delete::delete_stopped(&root, &cid))
+                    .await
+                    .map_err(|e| Error::internal(format!("container {id}: delete task: {e}")))?;
             match outcome {
-                super::runc_delete::Outcome::Deleted | super::runc_delete::Outcome::Absent => {
-                    return Ok(())
-                }
-                super::runc_delete::Outcome::NeedsRunc(why) => {
+                super::delete::Outcome::Deleted | super::delete::Outcome::Absent => return Ok(()),
+                super::delete::Outcome::NeedsRunc(why) => {
                     tracing::debug!(container = %id, "runc delete needed: {why}");
                 }
             }
@@ -332,17 +327,17 @@ impl OciRuntime for Runc {
         timeout: Option<Duration>,
         cap: usize,
     ) -> Result<ExecOutput> {
-        super::runtime::exec::run(self, id, process, timeout, cap).await
+        super::exec::run(self, id, process, timeout, cap).await
     }
 
     async fn exec_stream(
         &self,
         id: &str,
         process: &oci_spec::runtime::Process,
-        stdio: super::runtime::ExecStdio,
+        stdio: super::ExecStdio,
         size: Option<(u16, u16)>,
-    ) -> Result<super::runtime::ExecProcess> {
-        super::runtime::exec_stream::start(self, id, process, stdio, size).await
+    ) -> Result<super::ExecProcess> {
+        super::exec_stream::start(self, id, process, stdio, size).await
     }
 }
 

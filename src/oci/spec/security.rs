@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use oci_spec::runtime::LinuxSeccomp;
 
 use crate::error::{Error, Result};
-use crate::oci::request::{Security, SecurityProfile};
-use crate::oci::seccomp::{self, Target};
+use crate::oci::spec::request::{Security, SecurityProfile};
+use crate::oci::spec::seccomp::{self, Target};
 
 /// Paths hidden from the container (the kubelet's defaultMaskedPaths and containerd's
 /// populateDefaultUnixSpec list the same ones).

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::error::ErrorKind;
-use crate::oci::request::{CapabilityEdits, SecurityProfile};
+use crate::oci::spec::request::{CapabilityEdits, SecurityProfile};
 
 struct Fixture {
     _dir: tempfile::TempDir,

@@ -2,10 +2,14 @@
 
 use std::path::Path;
 
+use rustix::thread::UnshareFlags;
+
 use crate::error::Result;
-use crate::oci::features::{self, RuntimeMountFeatures};
-use crate::oci::resources::CgroupSupport;
-use crate::oci::{caps, process, seccomp};
+use crate::oci::runc::features::{self, RuntimeMountFeatures};
+use crate::oci::spec::resources::CgroupSupport;
+use crate::oci::spec::{caps, process, seccomp};
+use crate::sandbox::userns::NsHolder;
+use crate::sys::mount_api;
 
 /// cgroup2's filesystem magic (`statfs(2)`).
 const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
@@ -126,7 +130,7 @@ impl HostFacts {
         self.runtime_mounts = features::runtime_features(runtime);
         self.recursive_read_only =
             self.runtime_mounts.rro || crate::sys::mount_api::mount_setattr_supported();
-        match features::probe_user_namespaces(binary, store) {
+        match probe_user_namespaces(binary, store) {
             Ok(()) => {
                 self.user_namespaces = true;
                 self.user_namespaces_why.clear();
@@ -158,6 +162,46 @@ pub fn find_in_path(name: &str) -> Option<std::path::PathBuf> {
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
+}
+
+/// Whether pods can get user namespaces here: the kernel allows them, overlayfs takes ID-mapped
+/// layers (Linux 5.19), and a clone of the mount holding `path` (the image store) can be
+/// ID-mapped through a fresh user namespace (what the rootfs and volumes need). `binary` is bosun, run as the namespace holder. `Err` says why not.
+pub fn probe_user_namespaces(binary: &Path, path: &Path) -> Result<(), String> {
+    if !Path::new("/proc/self/ns/user").exists() {
+        return Err("the kernel has no user namespaces".into());
+    }
+    let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces").unwrap_or_default();
+    if max.trim() == "0" {
+        return Err("user.max_user_namespaces is 0".into());
+    }
+    let kernel = crate::oci::spec::seccomp::host_kernel();
+    if kernel < (5, 19) {
+        return Err(format!(
+            "Linux {}.{}: overlayfs takes ID-mapped layers from 5.19 on",
+            kernel.0, kernel.1
+        ));
+    }
+    if !mount_api::mount_setattr_supported() {
+        return Err("the kernel has no mount_setattr (Linux 5.12)".into());
+    }
+    let holder = NsHolder::spawn(binary, UnshareFlags::empty(), None)
+        .map_err(|e| format!("create a user namespace: {e}"))?;
+    holder
+        .write_maps("0 65536 65536\n", "0 65536 65536\n")
+        .map_err(|e| format!("map a user namespace: {e}"))?;
+    let ns = holder
+        .open_ns("user")
+        .map_err(|e| format!("open a user namespace: {e}"))?;
+    let tree = mount_api::clone_tree(path, false)
+        .map_err(|e| format!("clone the mount of {}: {e}", path.display()))?;
+    let attrs = mount_api::Attributes {
+        read_only: false,
+        idmap: Some(std::os::fd::AsFd::as_fd(&ns)),
+        private: true,
+    };
+    mount_api::set_attributes(std::os::fd::AsFd::as_fd(&tree), &attrs)
+        .map_err(|e| format!("ID-mapped mounts on {}: {e}", path.display()))
 }
 
 #[cfg(test)]

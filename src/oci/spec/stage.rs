@@ -1,9 +1,10 @@
-//! Mounts staged on the host for what the OCI runtime cannot do itself (runc 1.1: recursive
-//! read-only and ID-mapped bind mounts): a detached clone of the source gets the attributes
-//! (`mount_setattr`), is attached under the container's stage directory and handed to runc as
-//! a plain bind mount. They are needed only while `runc create` copies them into the
-//! container's mount namespace: [`unstage`] then detaches them, and the container's one
-//! teardown runs it again (after a failure, Remove, or a crash mid-create).
+//! Mounts staged on the host for what the OCI runtime cannot do itself (runc 1.1: recursive read-only and ID-mapped bind mounts).
+//!
+//! A detached clone of the source gets the attributes (`mount_setattr`), is attached under the
+//! container's stage directory and handed to runc as a plain bind mount. They are needed only
+//! while `runc create` copies them into the container's mount namespace: [`unstage`] then
+//! detaches them, and the container's one teardown runs it again (after a failure, Remove, or
+//! a crash mid-create).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -13,9 +14,9 @@ use rustix::mount::UnmountFlags;
 use rustix::thread::UnshareFlags;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
-use crate::oci::features::RuntimeMountFeatures;
-use crate::oci::request::{IdMapping, UserNamespace};
-use crate::oci::userns;
+use crate::oci::runc::features::RuntimeMountFeatures;
+use crate::oci::spec::request::{IdMapping, UserNamespace};
+use crate::oci::spec::userns;
 use crate::sandbox::userns::NsHolder;
 use crate::sys::mount_api::{self, Attributes};
 
@@ -103,11 +104,11 @@ pub fn clone_to(source: &Path, target: &Path, recursive: bool, attrs: &Attribute
         let hint = match (e.raw_os_error(), attrs.idmap.is_some()) {
             (Some(libc::EINVAL), true) => {
                 let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-                let (major, minor) = crate::oci::seccomp::host_kernel();
+                let (major, minor) = crate::oci::spec::seccomp::host_kernel();
                 format!(
                     " (file systems in it: {}; not every one can be ID-mapped on Linux \
                      {major}.{minor}: tmpfs can from 6.3)",
-                    crate::oci::mounts::file_systems_of(source, recursive, &info).join(", ")
+                    crate::oci::spec::mounts::file_systems_of(source, recursive, &info).join(", ")
                 )
             }
             _ => String::new(),
@@ -225,7 +226,7 @@ pub fn unstage(dir: &Path) -> Result<()> {
 /// `dir` with everything in it. Fails, keeping `dir` (nothing ever deletes through a mount),
 /// when one stays mounted; an absent `dir` is fine.
 pub fn unmount_and_remove(dir: &Path) -> Result<()> {
-    let mut points = crate::oci::mounts::mount_points_under(dir);
+    let mut points = crate::oci::spec::mounts::mount_points_under(dir);
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for p in &points {
         for _ in 0..8 {
@@ -234,7 +235,7 @@ pub fn unmount_and_remove(dir: &Path) -> Result<()> {
             }
         }
     }
-    let left = crate::oci::mounts::mount_points_under(dir);
+    let left = crate::oci::spec::mounts::mount_points_under(dir);
     if let Some(p) = left.first() {
         return Err(Error::internal(format!(
             "remove {}: {} is still mounted",
@@ -262,7 +263,7 @@ pub fn unstage_all(containers_dir: &Path, done: impl Fn(&str) -> bool) -> usize 
             parts.next().is_some_and(|c| c.as_os_str() == "stage") && id.is_some_and(&done)
         })
     };
-    let mut points: Vec<PathBuf> = crate::oci::mounts::mount_points_under(containers_dir)
+    let mut points: Vec<PathBuf> = crate::oci::spec::mounts::mount_points_under(containers_dir)
         .into_iter()
         .filter(|p| staged(p))
         .collect();

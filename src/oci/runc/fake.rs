@@ -1,5 +1,4 @@
-//! [`FakeRuntime`]: an in-memory [`OciRuntime`] for unit tests — records every call, keeps
-//! container states, and returns scripted errors and exec results.
+//! [`FakeRuntime`]: an in-memory [`OciRuntime`] for unit tests — records every call, keeps container states, and returns scripted errors and exec results.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;

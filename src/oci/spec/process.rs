@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::image::manifest::RunConfig;
-use crate::oci::request::ContainerRequest;
+use crate::oci::spec::request::ContainerRequest;
 
 /// The PATH a container gets when neither the image nor the request sets one (containerd's
 /// `defaultUnixEnv`, pkg/oci/spec.go).

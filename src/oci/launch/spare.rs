@@ -15,11 +15,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::monitor::args::SYNC_FD;
 use crate::monitor::standby;
 use crate::sys::vfork;
-
-/// The descriptor number the sync pipe gets in the monitor.
-pub const SYNC_FD: i32 = 3;
 
 /// A spawned monitor process with the read ends of its sync pipe and stderr.
 #[derive(Debug)]
