@@ -363,6 +363,8 @@ impl Images {
         for b in dead_blobs {
             self.content.delete(&b)?;
         }
+        // Interrupted downloads are kept as long as orphan blobs, for a retried pull to resume.
+        self.content.remove_stale_partials(ORPHAN_GRACE);
         self.usage.refresh_content(&self.content);
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! Shared blob downloads: one task per digest, joined by concurrent pulls, immune to cancelled callers.
+//! Shared blob downloads: one task per digest, joined by concurrent pulls, immune to cancelled callers, resumed from what an earlier one stored.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
-use crate::image::content::ContentStore;
+use crate::error::{Error, ErrorKind, Result};
+use crate::image::content::{ContentStore, Ingest};
 use crate::image::digest::Digest;
 use crate::image::manifest::Descriptor;
 use crate::image::reference::Reference;
@@ -145,16 +145,16 @@ impl Downloads {
                 inner: inner.clone(),
                 digest: desc.digest.clone(),
             };
-            // Dropped before `_leave` on failure, so no partial file outlives the table entry.
-            let mut ingest = inner.content.ingest(&desc.digest, Some(desc.size))?;
-            let report = |n| {
-                tx.send_replace(n);
-            };
-            let (ep, r, creds) = (&src.endpoint, &src.reference, &src.creds);
-            inner
-                .registry
-                .fetch_blob(ep, r, creds, &desc, &mut ingest, report)
-                .await?;
+            let content = inner.content.clone();
+            let (digest, size) = (desc.digest.clone(), desc.size);
+            // Hashes again what an interrupted download stored: keep it off the async workers.
+            let mut ingest = tokio::task::spawn_blocking(move || content.resume(&digest, size))
+                .await
+                .map_err(|e| Error::internal(format!("resume task: {e}")))??;
+            if ingest.written() > 0 {
+                tracing::info!(digest = %desc.digest, from = ingest.written(), "resuming blob download");
+            }
+            download(&inner.registry, &src, &desc, &mut ingest, &tx).await?;
             // Commit fsyncs the whole blob: keep it off the async workers.
             tokio::task::spawn_blocking(move || ingest.commit())
                 .await
@@ -181,6 +181,51 @@ impl Drop for Leave {
     fn drop(&mut self) {
         if let Ok(mut map) = self.inner.flights.lock() {
             map.remove(&self.digest);
+        }
+    }
+}
+
+/// Fetches `desc` into `ingest` until it verifies. A digest mismatch is fetched once more from
+/// byte 0 (the stored part may be what was wrong); a second mismatch, or an answer no retry
+/// can mend, discards the stored bytes. An ingest left for other failures resumes next time.
+async fn download(
+    registry: &RegistryClient,
+    src: &Source,
+    desc: &Descriptor,
+    ingest: &mut Ingest,
+    progress: &watch::Sender<u64>,
+) -> Result<()> {
+    let (ep, r, creds) = (&src.endpoint, &src.reference, &src.creds);
+    let mut refetched = false;
+    loop {
+        let report = |n| {
+            progress.send_replace(n);
+        };
+        if let Err(e) = registry
+            .fetch_blob(ep, r, creds, desc, ingest, report)
+            .await
+        {
+            if e.kind() == ErrorKind::InvalidArgument {
+                // No start for the next download. Should truncating fail, the digest check
+                // still refuses what is left.
+                let _ = ingest.restart();
+            }
+            return Err(e);
+        }
+        match ingest.verify() {
+            Ok(()) => return Ok(()),
+            Err(e) if !refetched => {
+                tracing::warn!(digest = %desc.digest, error = %e, "blob does not verify, fetching it again from byte 0");
+                refetched = true;
+                ingest.restart()?;
+            }
+            Err(e) => {
+                let _ = ingest.restart();
+                return Err(Error::new(
+                    e.kind(),
+                    format!("{} (fetched twice)", e.message()),
+                ));
+            }
         }
     }
 }
