@@ -101,9 +101,10 @@ impl Puller {
     }
 
     /// Pulls `r` for this host's platform. Blobs already in the store are not fetched again; each
-    /// blob download runs in its own task, so a cancelled caller does not abort it for others.
-    /// When one layer fails, no more layers start, the ones under way finish (stored for the
-    /// retry that follows), then the first failure is returned.
+    /// blob download runs in its own task, shared with concurrent pulls. Dropping this future
+    /// (a cancelled caller) stops the downloads no other pull waits for; their bytes stay for
+    /// the next pull to resume. When one layer fails, no more layers start, the ones under way
+    /// finish (stored for the retry that follows), then the first failure is returned.
     pub async fn pull(
         &self,
         r: &Reference,

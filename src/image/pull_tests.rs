@@ -52,6 +52,12 @@ async fn settle(p: &Puller) {
     panic!("downloads did not settle");
 }
 
+/// Pulls `r` in a task of its own (to cancel it).
+fn spawn_pull(p: &Puller, r: &Reference) -> tokio::task::JoinHandle<Result<PulledImage>> {
+    let (p, r) = (p.clone(), r.clone());
+    tokio::spawn(async move { p.pull(&r, &Credentials::default(), None).await })
+}
+
 /// Interrupted downloads kept in the store.
 fn partials(f: &Fixture) -> usize {
     std::fs::read_dir(f.content.root().join("partial"))
@@ -145,16 +151,16 @@ async fn a_cancelled_pull_does_not_abort_the_download_another_pull_shares() {
     let server = TestServer::start(move |req| repo.handle(req)).await;
     let f = fixture();
     let r = reference(&server, "app:v1");
-    let first = {
-        let (p, r) = (f.puller.clone(), r.clone());
-        tokio::spawn(async move { p.pull(&r, &Credentials::default(), None).await })
-    };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let first = spawn_pull(&f.puller, &r);
+    // The second pull joins the first one's download before the first is cancelled (a
+    // download nobody waits for any more stops).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = spawn_pull(&f.puller, &r);
+    tokio::time::sleep(Duration::from_millis(50)).await;
     first.abort();
-    let pulled = f
-        .puller
-        .pull(&r, &Credentials::default(), None)
+    let pulled = second
         .await
+        .expect("second pull task")
         .expect("second pull");
     assert_eq!(pulled.manifest_digest, img.digest);
     for (d, _) in img.blobs() {
@@ -213,6 +219,28 @@ async fn a_tampered_layer_fails_naming_it_and_leaves_nothing_behind() {
     // The failed pull fetched the tampered layer twice (a mismatch is fetched once more from
     // byte 0), the later pull once.
     assert_eq!(server.count(&blob_path(&bad)), 3);
+}
+
+#[tokio::test]
+async fn a_pull_whose_every_caller_left_stops_its_downloads() {
+    let img = image();
+    let mut repo = FakeRepo::new("app").with_image("v1", &img);
+    repo.blob_delay = Duration::from_millis(600);
+    let server = TestServer::start(move |req| repo.handle(req)).await;
+    let f = fixture();
+    let first = spawn_pull(&f.puller, &reference(&server, "app:v1"));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        f.puller.downloads.in_flight(),
+        1,
+        "the config is downloading"
+    );
+    first.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(f.puller.downloads.in_flight(), 0, "nobody waits: stopped");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!f.content.contains(&img.config_digest));
+    assert_eq!(partials(&f), 0, "no bytes arrived, none are kept");
 }
 
 #[tokio::test]
