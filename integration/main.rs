@@ -30,6 +30,7 @@ mod daemon_idle;
 mod hostile;
 mod hostile_cases;
 mod images;
+mod images_flaky;
 mod images_hostile;
 mod kubectl;
 mod monitor;
@@ -89,6 +90,7 @@ fn main() {
     trials.extend(daemon_idle::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());
+    trials.extend(images_flaky::trials());
     trials.extend(images_hostile::trials());
     trials.extend(kubectl::trials());
     trials.extend(monitor::trials());

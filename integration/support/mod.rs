@@ -3,6 +3,7 @@
 pub mod cgroup;
 pub mod cri;
 pub mod daemon;
+pub mod fault_proxy;
 pub mod inproc;
 pub mod leaks;
 pub mod network;
