@@ -25,6 +25,9 @@ PACKAGES=(
   docker-registry apache2-utils openssl python3
   busybox psmisc procps util-linux mount attr tar zstd ca-certificates
   e2fsprogs   # mkfs.ext4: the tests that freeze a loop-mounted file system (Need::Freeze)
+  crun        # the second runtime handler (issue 29)
+  criu        # checkpoint/restore (issue 29): criu check passes on the guest's 6.1 kernel
+  podman catatonit uidmap fuse-overlayfs slirp4netns   # kind-style node containers (issue 27)
 )
 
 die() { echo "vm image: $*" >&2; exit 1; }
