@@ -199,7 +199,9 @@ impl Runtime {
         crate::failpoint!("sandbox.stop.torn-down");
         let torn_down = t0.elapsed();
         if entry.status().state() != SandboxState::NotReady {
-            entry.update(|s| s.stop(now_ns()))?;
+            // Its namespaces are gone: NOTREADY is a fact, published on a full disk too (the
+            // pod stays removable; recovery finds the same, issue 28).
+            entry.update_even_if_full(|s| s.stop(now_ns()))?;
             tracing::info!(sandbox = %id, "sandbox stopped");
             self.emit(EventKind::Stopped, &id, &id);
         }
