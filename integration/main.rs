@@ -27,6 +27,8 @@ mod cri_streaming;
 mod cri_userns;
 mod daemon;
 mod daemon_idle;
+mod disk_full;
+mod disk_records;
 mod hostile;
 mod hostile_cases;
 mod images;
@@ -88,6 +90,8 @@ fn main() {
     trials.extend(crash_net::trials());
     trials.extend(daemon::trials());
     trials.extend(daemon_idle::trials());
+    trials.extend(disk_full::trials());
+    trials.extend(disk_records::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());
     trials.extend(images_flaky::trials());

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::image::digest::{Digest, Hasher};
 use crate::store::atomic;
+use crate::store::space::NameFs;
 
 /// Manifests and configs larger than this are refused when read whole.
 pub const MAX_SMALL_BLOB: u64 = 8 << 20;
@@ -95,7 +96,8 @@ impl ContentStore {
             .write(true)
             .create_new(true)
             .open(&path)
-            .ctx(|| format!("blob {expected}: create ingest file"))?;
+            .ctx(|| format!("blob {expected}: create ingest file"))
+            .name_fs(&path)?;
         Ok(Ingest {
             file: Some(file),
             path,
@@ -246,6 +248,7 @@ impl Ingest {
             .ok_or_else(|| Error::internal("ingest already closed"))?;
         file.write_all(chunk)
             .ctx(|| format!("blob {}: write", self.expected))
+            .name_fs(&self.path)
     }
 
     /// Bytes written so far.
@@ -300,9 +303,12 @@ impl Ingest {
             .take()
             .ok_or_else(|| Error::internal("ingest already closed"))?;
         file.sync_all()
-            .ctx(|| format!("blob {}: fsync", self.expected))?;
+            .ctx(|| format!("blob {}: fsync", self.expected))
+            .name_fs(&self.path)?;
         drop(file);
-        fs::rename(&self.path, &self.target).ctx(|| format!("blob {}: commit", self.expected))?;
+        fs::rename(&self.path, &self.target)
+            .ctx(|| format!("blob {}: commit", self.expected))
+            .name_fs(&self.target)?;
         atomic::sync_parent(&self.target)
     }
 }
@@ -411,6 +417,35 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(left, [fresh.hex().to_string()]);
+    }
+
+    #[test]
+    fn a_full_disk_fails_the_ingest_naming_the_file_system_and_leaves_nothing() {
+        let name = "a_full_disk_fails_the_ingest_naming_the_file_system_and_leaves_nothing";
+        let Some(fs) = crate::testutil::SmallTmpfs::new(name, 64) else {
+            return;
+        };
+        let cs = ContentStore::open(fs.path()).expect("open");
+        fs.fill();
+        let layer = vec![7u8; 32 << 10];
+        let d = Digest::of(&layer);
+        let e = cs.put(&d, &layer).expect_err("a full disk");
+        assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+        assert!(
+            e.message()
+                .starts_with(&format!("blob {d}: write: no space left")),
+            "{e}"
+        );
+        assert!(e
+            .message()
+            .contains(&format!("(file system {}, tmpfs", fs.path().display())));
+        assert!(!cs.contains(&d));
+        assert_eq!(
+            fs::read_dir(fs.path().join("ingest")).expect("ls").count(),
+            0
+        );
+        fs.free();
+        cs.put(&d, &layer).expect("once freed");
     }
 
     #[test]
