@@ -14,7 +14,7 @@ pub fn code(kind: ErrorKind) -> Code {
         ErrorKind::Unavailable => Code::Unavailable,
         ErrorKind::PermissionDenied => Code::PermissionDenied,
         ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
-        ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+        ErrorKind::ResourceExhausted | ErrorKind::NoSpace => Code::ResourceExhausted,
         ErrorKind::Unimplemented => Code::Unimplemented,
         ErrorKind::Internal => Code::Internal,
     }
@@ -29,7 +29,9 @@ pub const MESSAGE_MAX: usize = 2048;
 pub fn to_status(rpc: &'static str, e: Error) -> Status {
     let message = crate::error::bounded(e.message(), MESSAGE_MAX);
     match e.kind() {
-        ErrorKind::Internal | ErrorKind::Unavailable => tracing::warn!(rpc, "{message}"),
+        ErrorKind::Internal | ErrorKind::Unavailable | ErrorKind::NoSpace => {
+            tracing::warn!(rpc, "{message}")
+        }
         _ => tracing::debug!(rpc, "{message}"),
     }
     Status::new(code(e.kind()), message.into_owned())
@@ -55,6 +57,7 @@ mod tests {
             (ErrorKind::PermissionDenied, Code::PermissionDenied),
             (ErrorKind::DeadlineExceeded, Code::DeadlineExceeded),
             (ErrorKind::ResourceExhausted, Code::ResourceExhausted),
+            (ErrorKind::NoSpace, Code::ResourceExhausted),
             (ErrorKind::Unimplemented, Code::Unimplemented),
             (ErrorKind::Internal, Code::Internal),
         ];

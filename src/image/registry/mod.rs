@@ -5,6 +5,7 @@ pub mod challenge;
 pub mod client;
 pub(crate) mod downloads;
 pub mod hosts;
+pub(crate) mod retry;
 mod transport;
 
 #[cfg(test)]
