@@ -15,7 +15,7 @@ use crate::image::leases::Leases;
 use crate::image::manifest::{ImageConfig, Manifest};
 use crate::image::pull::{PullEvent, Puller};
 use crate::image::reference::Reference;
-use crate::image::registry::{Credentials, RegistryClient};
+use crate::image::registry::{Credentials, PullHosts, RegistryClient};
 use crate::image::snapshot::{LayerSource, Snapshots, UnpackLimits};
 use crate::image::tasks::TaskTable;
 use crate::image::usage::{FsUsage, UsageTracker};
@@ -81,6 +81,7 @@ impl Images {
         };
         let snapshots = Arc::new(Snapshots::open(&root.join("snapshots"), limits)?);
         let registry = RegistryClient::new(&config.registry)?;
+        registry.hosts().dirs().check_all();
         let puller = Puller::new(
             registry,
             content.clone(),
@@ -160,14 +161,39 @@ impl Images {
         pull.done().await
     }
 
+    /// [`Images::pull`] with one pull's registry settings on top of the daemon's (`ctr images
+    /// pull --plain-http`, `--hosts-dir`, `--skip-verify`, …). Not shared with other pulls of
+    /// the same reference, which may use other settings; blobs in the store are reused.
+    pub async fn pull_with_hosts(
+        &self,
+        image: &str,
+        creds: Credentials,
+        events: Option<UnboundedSender<PullEvent>>,
+        hosts: PullHosts,
+    ) -> Result<Arc<ImageRecord>> {
+        let reference = Reference::parse(image)?;
+        let puller = self.puller.through(self.puller.registry().for_pull(hosts));
+        self.pull_via(&puller, &reference, &creds, events).await
+    }
+
     async fn pull_now(
         &self,
         reference: &Reference,
         creds: &Credentials,
         events: Option<UnboundedSender<PullEvent>>,
     ) -> Result<Arc<ImageRecord>> {
+        self.pull_via(&self.puller, reference, creds, events).await
+    }
+
+    async fn pull_via(
+        &self,
+        puller: &Puller,
+        reference: &Reference,
+        creds: &Credentials,
+        events: Option<UnboundedSender<PullEvent>>,
+    ) -> Result<Arc<ImageRecord>> {
         let _busy = self.gc_guard.read().await;
-        let pulled = self.puller.pull(reference, creds, events.clone()).await?;
+        let pulled = puller.pull(reference, creds, events.clone()).await?;
         let mut tags = Vec::new();
         if let Some(t) = reference.tagged_string() {
             tags.push(t);
