@@ -198,6 +198,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                     image: image.clone(),
                     username,
                     password,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();
@@ -247,6 +248,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                     path: path.display().to_string(),
                     tags,
                     base_name: base_name.unwrap_or_default(),
+                    ctr: None,
                 })
                 .await?
                 .into_inner();
