@@ -1,5 +1,6 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
+mod certs_d;
 mod cgroups;
 mod crash_churn;
 mod crash_cni;
@@ -25,6 +26,7 @@ mod cri_stats;
 mod cri_stop;
 mod cri_streaming;
 mod cri_userns;
+mod ctr;
 mod daemon;
 mod daemon_idle;
 mod disk_full;
@@ -64,6 +66,7 @@ fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(cgroups::trials());
+    trials.extend(certs_d::trials());
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_deferred::trials());
@@ -88,6 +91,7 @@ fn main() {
     trials.extend(crash_churn::trials());
     trials.extend(crash_lock::trials());
     trials.extend(crash_net::trials());
+    trials.extend(ctr::trials());
     trials.extend(daemon::trials());
     trials.extend(daemon_idle::trials());
     trials.extend(disk_full::trials());
