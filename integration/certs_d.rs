@@ -5,6 +5,7 @@ use std::path::Path;
 use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
+use crate::support::ctr::Ctr;
 use crate::support::registry::Registry;
 use crate::support::{block_on, image_field, trial, Daemon, Need};
 
@@ -21,6 +22,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "certs_d::a_tls_mirror_trusted_through_its_ca_file",
             NEEDS,
             tls_mirror_with_ca,
+        ),
+        trial(
+            "certs_d::ctr_pull_with_hosts_dir_tlscacert_and_skip_verify",
+            NEEDS,
+            ctr_pull_flags,
         ),
         trial(
             "certs_d::hosts_toml_edited_while_the_daemon_runs",
@@ -182,5 +188,60 @@ fn check_removed(d: &Daemon, file: &Path) -> Result<()> {
     let gone = pull(d, "edit-origin.invalid/bosun/busybox:v3")?;
     let e = gone.err().context("the mirror must be forgotten")?;
     ensure!(e.contains("edit-origin.invalid"), "{e}");
+    Ok(())
+}
+
+/// `ctr images pull`'s own registry flags, on a daemon that reads no host directory: a
+/// `--hosts-dir` naming a TLS mirror with its CA, `--tlscacert` and `-k` for a TLS registry.
+fn ctr_pull_flags() -> Result<()> {
+    let reg = Registry::start_tls()?;
+    reg.push(&["busybox"])?;
+    let d = Daemon::start("[registry]\nconfig_path = \"\"\nconnect_timeout_secs = 2\n")?;
+    let ctr = Ctr::new(&d)?;
+    let hosts_dir = d.dir().join("ctr-hosts");
+    let dir = hosts_dir.join("tls-ctr.invalid");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("hosts.toml"),
+        format!(
+            "[host.\"https://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{}\"\n",
+            reg.host(),
+            reg.ca_file().display()
+        ),
+    )?;
+    let image = "tls-ctr.invalid/bosun/busybox:latest";
+    let e = ctr.refused(&format!("-n k8s.io images pull {image}"))?;
+    ensure!(
+        e.contains("tls-ctr.invalid"),
+        "the daemon has no host directory: {e}"
+    );
+    ctr.ok(
+        &format!(
+            "-n k8s.io images pull --hosts-dir {} {image}",
+            hosts_dir.display()
+        ),
+        None,
+    )?;
+    ensure!(
+        ctr.names()?.iter().any(|n| n == image),
+        "{:?}",
+        ctr.names()?
+    );
+    let direct = reg.image("busybox");
+    ctr.refused(&format!("-n k8s.io images pull {direct}"))?;
+    ensure!(
+        !ctr.names()?.contains(&direct),
+        "an untrusted registry gave nothing"
+    );
+    ctr.ok(
+        &format!(
+            "-n k8s.io images pull --tlscacert {} {direct}",
+            reg.ca_file().display()
+        ),
+        None,
+    )?;
+    ctr.ok(&format!("-n k8s.io images rm {direct}"), None)?;
+    ctr.ok(&format!("-n k8s.io images pull -k {direct}"), None)?;
+    ensure!(ctr.names()?.contains(&direct), "{:?}", ctr.names()?);
     Ok(())
 }

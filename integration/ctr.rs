@@ -2,12 +2,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, NEEDS};
+use crate::support::ctr::Ctr;
 use crate::support::daemon::BOSUN;
 use crate::support::registry::Registry;
 use crate::support::{
@@ -25,6 +26,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "ctr::a_multi_image_archive_imports_every_image",
             &[Need::Root, Need::Images],
             multi_image_archive,
+        ),
+        trial(
+            "ctr::archives_skopeo_writes_import_by_their_names",
+            &[Need::Root, Need::Images, Need::Skopeo],
+            skopeo_archives,
         ),
         trial(
             "ctr::pull_with_plain_http_from_a_local_registry",
@@ -47,78 +53,6 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             extra_sockets,
         ),
     ]
-}
-
-/// `ctr` for one daemon: the bosun binary under a link named `ctr`, talking to `socket`.
-struct Ctr {
-    bin: PathBuf,
-    socket: PathBuf,
-}
-
-impl Ctr {
-    fn new(d: &Daemon) -> Result<Ctr> {
-        Self::at(d, d.socket())
-    }
-
-    fn at(d: &Daemon, socket: PathBuf) -> Result<Ctr> {
-        let bin = d.dir().join("bin/ctr");
-        if !bin.exists() {
-            std::fs::create_dir_all(d.dir().join("bin"))?;
-            std::os::unix::fs::symlink(BOSUN, &bin).context("link ctr to bosun")?;
-        }
-        Ok(Ctr { bin, socket })
-    }
-
-    /// `ctr -a <socket> ARGS` (ARGS split at spaces), stdin from `input` when given.
-    fn run(&self, args: &str, input: Option<&Path>) -> Result<Output> {
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("-a")
-            .arg(&self.socket)
-            .args(args.split_whitespace())
-            .env_remove("CONTAINERD_NAMESPACE")
-            .env_remove("CONTAINERD_ADDRESS");
-        match input {
-            Some(path) => {
-                cmd.stdin(std::fs::File::open(path).with_context(|| path.display().to_string())?)
-            }
-            None => cmd.stdin(Stdio::null()),
-        };
-        cmd.output().with_context(|| format!("run ctr {args}"))
-    }
-
-    /// [`Ctr::run`] that must succeed; its stdout.
-    fn ok(&self, args: &str, input: Option<&Path>) -> Result<String> {
-        let out = self.run(args, input)?;
-        if !out.status.success() {
-            bail!(
-                "ctr {args}: {}: {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// [`Ctr::run`] that must fail; its stderr.
-    fn refused(&self, args: &str) -> Result<String> {
-        let out = self.run(args, None)?;
-        ensure!(
-            !out.status.success(),
-            "ctr {args} succeeded: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-
-    /// `ctr -n k8s.io images ls -q`, as lines.
-    fn names(&self) -> Result<Vec<String>> {
-        Ok(self
-            .ok("-n k8s.io images ls -q", None)?
-            .lines()
-            .map(str::to_string)
-            .collect())
-    }
 }
 
 fn archive(name: &str) -> PathBuf {
@@ -364,6 +298,57 @@ fn multi_image_archive() -> Result<()> {
         out.contains("unpacking example.test/idx:1 (sha256:"),
         "{out}"
     );
+    Ok(())
+}
+
+/// docker-archive and oci-archive as skopeo writes them (the formats of `docker save` and
+/// `podman save [--format oci-archive]`), gzipped too, imported with kind's line.
+fn skopeo_archives() -> Result<()> {
+    let d = Daemon::start("")?;
+    let ctr = Ctr::new(&d)?;
+    let layout = format!("oci:{}", archive("entrypoint").display());
+    let docker = d.dir().join("skopeo.docker.tar");
+    let oci = d.dir().join("skopeo.oci.tar");
+    for (dest, name) in [
+        (
+            format!("docker-archive:{}:example.test/sk:1", docker.display()),
+            "docker",
+        ),
+        (
+            format!("oci-archive:{}:example.test/sk-oci:1", oci.display()),
+            "oci",
+        ),
+    ] {
+        let out = Command::new("skopeo")
+            .args(["copy", &layout, &dest])
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "skopeo copy to {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let gz = d.dir().join("skopeo.oci.tar.gz");
+    let out = Command::new("gzip").arg("-k").arg(&oci).output()?;
+    ensure!(out.status.success() && gz.exists(), "gzip: {out:?}");
+    let kind =
+        "--namespace=k8s.io images import --all-platforms --digests --snapshotter=overlayfs -";
+    let entrypoint = image_field("entrypoint", "image_id");
+    for (file, name) in [
+        (&docker, "example.test/sk:1"),
+        (&oci, "example.test/sk-oci:1"),
+    ] {
+        let out = ctr.ok(kind, Some(file))?;
+        ensure!(out.contains(&format!("unpacking {name} (sha256:")), "{out}");
+        ensure!(cri_id(&d, name)?.as_deref() == Some(entrypoint.as_str()));
+        ctr.ok(&format!("-n k8s.io images rm {name}"), None)?;
+    }
+    let out = ctr.ok(&format!("-n k8s.io images import {}", gz.display()), None)?;
+    ensure!(
+        out.contains("unpacking example.test/sk-oci:1 (sha256:"),
+        "{out}"
+    );
+    ensure!(cri_id(&d, "example.test/sk-oci:1")?.as_deref() == Some(entrypoint.as_str()));
     Ok(())
 }
 

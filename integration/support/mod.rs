@@ -2,6 +2,7 @@
 
 pub mod cgroup;
 pub mod cri;
+pub mod ctr;
 pub mod daemon;
 pub mod fault_proxy;
 pub mod inproc;
@@ -34,6 +35,8 @@ pub enum Need {
     Kubectl,
     /// cri-tools' `crictl` (`../shared/bin` from the repository root, or PATH); see [`crictl_bin`].
     Crictl,
+    /// Debian's skopeo (archives as it writes them).
+    Skopeo,
     /// Python grpcio (a grpc-core client) in the venv hack/setup.sh makes; see [`grpcio_python`].
     GrpcIo,
     /// User namespaces whose ID-mapped mounts work on /var/tmp (where test daemons keep their
@@ -142,6 +145,9 @@ fn unmet(need: Need) -> Option<String> {
         Need::Crictl if crictl_bin().is_none() => Some(
             "needs crictl in ../shared/bin (from the repository root) or PATH".into(),
         ),
+        Need::Skopeo if bosun::oci::host::find_in_path("skopeo").is_none() => {
+            Some("needs skopeo in PATH (apt-get install skopeo)".into())
+        }
         Need::GrpcIo if !grpcio_python().is_file() => Some(format!(
             "needs Python grpcio at {} (run hack/setup.sh)",
             grpcio_python().display()
