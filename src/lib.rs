@@ -10,6 +10,8 @@ pub mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
 pub mod image;
+#[cfg(test)]
+mod layering_tests;
 pub mod metrics;
 pub mod monitor;
 pub mod network;
