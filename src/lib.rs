@@ -37,6 +37,20 @@ macro_rules! failpoint {
     }};
 }
 
+/// Marks the step boundary `$name` at a step that can fail (see `src/failpoint.rs`): a
+/// `Result<()>` expression, `Err` when the point is armed with `error`; `Ok(())` without the
+/// `failpoints` feature. Use it as `crate::failpoint_check!("name")?`.
+#[macro_export]
+macro_rules! failpoint_check {
+    ($name:expr) => {{
+        #[cfg(feature = "failpoints")]
+        let checked = $crate::failpoint::check(&$name);
+        #[cfg(not(feature = "failpoints"))]
+        let checked: $crate::Result<()> = Ok(());
+        checked
+    }};
+}
+
 /// Marks the step boundary `$name` in async code (pause and sleep do not block a runtime
 /// thread); expands to nothing without the `failpoints` feature.
 #[macro_export]
