@@ -27,6 +27,7 @@ mod cri_streaming;
 mod cri_userns;
 mod daemon;
 mod daemon_idle;
+mod faults_undo;
 mod hostile;
 mod hostile_cases;
 mod images;
@@ -87,6 +88,7 @@ fn main() {
     trials.extend(crash_net::trials());
     trials.extend(daemon::trials());
     trials.extend(daemon_idle::trials());
+    trials.extend(faults_undo::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());
