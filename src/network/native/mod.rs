@@ -220,7 +220,7 @@ impl Inner {
             st.leases.allocate(id, &plan.subnets)?
         };
         pending.sync()?;
-        crate::failpoint!("net.attach.leased");
+        crate::failpoint_check!("net.attach.leased")?;
         let bridge = self.bridge(&mut route, plan)?;
         let veth = veth_name(id);
         let make = |route: &mut Socket| {
@@ -241,16 +241,16 @@ impl Inner {
             r => r,
         }
         .map_err(fail(&format!("create veth {veth}")))?;
-        crate::failpoint!("net.attach.veth");
+        crate::failpoint_check!("net.attach.veth")?;
         let host = link::index(&mut route, &veth)
             .map_err(fail("veth"))?
             .ok_or_else(|| Error::internal(format!("sandbox {id}: veth {veth} vanished")))?;
         link::set_hairpin(&mut route, host).map_err(fail("hairpin"))?;
         self.configure_pod(&netns, &ips, plan)
             .map_err(|e| e.context(format!("sandbox {id}: pod network: in its netns")))?;
-        crate::failpoint!("net.attach.configured");
+        crate::failpoint_check!("net.attach.configured")?;
         self.add_elements(&mut filter, id, &ips, mappings, plan)?;
-        crate::failpoint!("net.attach.done");
+        crate::failpoint_check!("net.attach.done")?;
         Ok(ips)
     }
 

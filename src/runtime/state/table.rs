@@ -147,7 +147,7 @@ impl<M: Meta, S: Status> Table<M, S> {
             .map_err(Error::from)
             .and_then(|bytes| write_synced(&dir.join(META_FILE), &bytes))
             .and_then(|()| {
-                crate::failpoint!(format!("{}.create.meta-written", self.kind));
+                crate::failpoint_check!(format!("{}.create.meta-written", self.kind))?;
                 write_json_nosync(&dir.join(STATUS_FILE), &status)
             })
             .and_then(|()| sync_dir(&dir))
