@@ -27,6 +27,7 @@ mod cri_streaming;
 mod cri_userns;
 mod daemon;
 mod daemon_idle;
+mod faults_daemons;
 mod faults_undo;
 mod hostile;
 mod hostile_cases;
@@ -89,6 +90,7 @@ fn main() {
     trials.extend(daemon::trials());
     trials.extend(daemon_idle::trials());
     trials.extend(faults_undo::trials());
+    trials.extend(faults_daemons::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());
