@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::conf::{self, NetworkList};
 use super::invoke::{self, Command};
-use super::native::{Native, Plan};
+use super::native::{Native, Owner, Plan, CLAIMS_DIR};
 use super::{
     cidr, result, Attachment, Network, NetworkStatus, PodNetwork, POD_IFNAME, REASON_NOT_READY,
 };
@@ -104,6 +104,9 @@ pub struct Cni {
     loaded: Mutex<Option<Loaded>>,
     pod_cidr: Mutex<Option<String>>,
     pub(super) native: Native,
+    /// The daemon the embedded network belongs to, and where it is registered.
+    owner: Owner,
+    claims_dir: PathBuf,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -118,14 +121,51 @@ impl Cni {
             .ok()
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
+        let owner = Owner {
+            pid: std::process::id(),
+            root: cache_dir.parent().unwrap_or(&cache_dir).to_path_buf(),
+            socket: PathBuf::new(),
+        };
+        let claims_dir = PathBuf::from(CLAIMS_DIR);
         Ok(Cni {
             timeout: Duration::from_secs(cfg.plugin_timeout_secs.max(1)),
             cfg,
             cache_dir,
             loaded: Mutex::new(None),
             pod_cidr: Mutex::new(pod_cidr),
-            native: Native::new(),
+            native: Native::new(owner.clone(), claims_dir.clone()),
+            owner,
+            claims_dir,
         })
+    }
+
+    /// Names the daemon's CRI socket to other daemons whose embedded network would clash
+    /// with this one's.
+    pub fn with_socket(mut self, socket: &std::path::Path) -> Cni {
+        self.owner.socket = socket.to_path_buf();
+        self.native = Native::new(self.owner.clone(), self.claims_dir.clone());
+        self
+    }
+
+    /// Registers the embedded network in `dir` instead of the host's [`CLAIMS_DIR`] (tests).
+    pub fn with_claims_dir(mut self, dir: PathBuf) -> Cni {
+        self.claims_dir = dir;
+        self.native = Native::new(self.owner.clone(), self.claims_dir.clone());
+        self
+    }
+
+    /// At start: when the embedded network is the active one, registers it and opens its
+    /// lease journal now, so a daemon whose embedded network would share a bridge, subnet,
+    /// table or lease directory with a running daemon's refuses to start, naming that daemon
+    /// and the keys to change (issue 28). A daemon whose pods use a CNI config claims nothing.
+    pub fn claim_embedded(&self) -> Result<()> {
+        match self.resolve() {
+            Ok(r) => match &r.native {
+                Some(plan) => self.native.open_now(plan),
+                None => Ok(()),
+            },
+            Err(_) => Ok(()),
+        }
     }
 
     /// Sets the per-plugin-call timeout (tests).

@@ -51,7 +51,9 @@ impl Env {
         }
     }
     fn cni(&self) -> Cni {
-        Cni::new(self.cfg(), self.dir.path().join("cache")).expect("cni")
+        Cni::new(self.cfg(), self.dir.path().join("cache"))
+            .expect("cni")
+            .with_claims_dir(self.dir.path().join("claims"))
     }
     fn write_conf(&self, name: &str, text: &str) {
         std::fs::write(self.conf_dir().join(name), text).expect("conf");
