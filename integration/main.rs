@@ -28,6 +28,7 @@ mod cri_userns;
 mod daemon;
 mod daemon_idle;
 mod faults_daemons;
+mod faults_lists;
 mod faults_undo;
 mod hostile;
 mod hostile_cases;
@@ -91,6 +92,7 @@ fn main() {
     trials.extend(daemon_idle::trials());
     trials.extend(faults_undo::trials());
     trials.extend(faults_daemons::trials());
+    trials.extend(faults_lists::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());
     trials.extend(images_hostile::trials());
