@@ -411,6 +411,11 @@ impl Runtime {
         let id = entry.id().to_string();
         let handle = self.handle(&id);
         let _life = handle.lifecycle.lock().await;
+        if self.state.containers.get(&id).is_err() {
+            return Err(Error::not_found(format!(
+                "container {id}: update resources: removed while the update waited"
+            )));
+        }
         let status = entry.status();
         let st = status.state();
         if !matches!(st, ContainerState::Created | ContainerState::Running) {
