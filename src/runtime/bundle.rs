@@ -18,6 +18,7 @@ use crate::oci::{
     build_spec, userns, ContainerRequest, HostFacts, SandboxContext, SpecOptions, UserNamespaceMode,
 };
 use crate::store::atomic::write_atomic_nosync;
+use crate::store::space::NameFs;
 
 /// Checks `req` against its pod and this node before anything is made: its user namespace
 /// must be the pod's (unset means the pod's), ID-mapped mounts well formed, recursive
@@ -78,6 +79,11 @@ pub struct Prepare<'a> {
 /// `config.json`; returns the process identity. Blocking. What is staged stays until
 /// [`stage::unstage`] (after `runc create`, or in the container's teardown).
 pub fn prepare(req: &ContainerRequest, p: &Prepare<'_>) -> Result<UserIds> {
+    // Out of space, what is not the writable layer's (named by the rootfs) is the state dir's.
+    prepare_in(req, p).name_fs(p.dir)
+}
+
+fn prepare_in(req: &ContainerRequest, p: &Prepare<'_>) -> Result<UserIds> {
     let bundle = super::state::paths::bundle(p.dir);
     let rootfs = super::state::paths::rootfs(p.dir);
     let stage_dir = stage::stage_dir(p.dir);

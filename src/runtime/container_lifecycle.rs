@@ -15,6 +15,7 @@ use crate::image::index::ImageRecord;
 use crate::oci::{
     cgroups_path, ExecOutput, Resources, SandboxContext, SpecOptions, EXEC_OUTPUT_CAP,
 };
+use crate::store::space::NameFs;
 
 impl Runtime {
     /// CreateContainer in sandbox `sandbox_id`: resolves the image, mounts the rootfs, writes
@@ -71,7 +72,10 @@ impl Runtime {
                     meta.request.image
                 )));
             }
-            self.images.leases().hold(&id, &chain)?;
+            self.images
+                .leases()
+                .hold(&id, &chain)
+                .map_err(|e| e.context(format!("container {id}: image lease")))?;
         }
         // A crash from here to the record leaves a lease without its container: recovery
         // releases it.
@@ -223,7 +227,9 @@ impl Runtime {
         // The monitor creates the log file at start; its directory is checked now.
         let log_dir = Path::new(&meta.log_path).parent();
         if let Some(dir) = log_dir.filter(|_| !meta.log_path.is_empty()) {
-            std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .ctx(|| format!("create {}", dir.display()))
+                .name_fs(dir)?;
         }
         tracing::debug!(
             container = %id,

@@ -8,9 +8,10 @@ use super::state::meta::{SandboxEntry, SandboxMeta, SandboxRequest};
 use super::state::paths;
 use super::state::status::{now_ns, SandboxState, SandboxStatus};
 use super::state::table::Filter;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ResultExt};
 use crate::oci::NamespaceMode;
 use crate::sandbox::{DnsConfig, NamespaceOptions, PodFiles, PodFilesConfig, PodNamespaces};
+use crate::store::space::NameFs;
 
 impl Runtime {
     /// RunPodSandbox: pins the pod's namespaces, writes its files and records it READY; all or
@@ -115,8 +116,10 @@ impl Runtime {
             gid_map: ranges(req.userns.as_ref().map(|u| u.gids.as_slice())),
         };
         std::fs::create_dir_all(&meta.state_dir)
-            .map_err(|e| Error::internal(format!("create {}: {e}", meta.state_dir.display())))?;
-        let ns = PodNamespaces::create(&paths::ns_dir(&meta.state_dir), &opts)?;
+            .ctx(|| format!("create {}", meta.state_dir.display()))
+            .name_fs(&meta.state_dir)?;
+        let ns = PodNamespaces::create(&paths::ns_dir(&meta.state_dir), &opts)
+            .name_fs(&meta.state_dir)?;
         match ns.pid_holder {
             Some(pid) => Ok(pid),
             None if !own_pid => Ok(0),
@@ -143,7 +146,7 @@ impl Runtime {
             shm_size: (req.ipc != NamespaceMode::Node).then_some(self.config.shm_size),
             ..PodFilesConfig::default()
         };
-        PodFiles::write(&meta.state_dir, &files)?;
+        PodFiles::write(&meta.state_dir, &files).name_fs(&meta.state_dir)?;
         Ok(())
     }
 
@@ -235,7 +238,9 @@ impl Runtime {
         crate::failpoint!("sandbox.stop.torn-down");
         let torn_down = t0.elapsed();
         if entry.status().state() != SandboxState::NotReady {
-            entry.update(|s| s.stop(now_ns()))?;
+            // Its namespaces are gone: NOTREADY is a fact, published on a full disk too (the
+            // pod stays removable; recovery finds the same, issue 28).
+            entry.update_even_if_full(|s| s.stop(now_ns()))?;
             tracing::info!(sandbox = %id, "sandbox stopped");
             self.emit(EventKind::Stopped, &id, &id);
         }

@@ -89,7 +89,7 @@ impl Runtime {
                 changed.insert(id.clone());
             }
             if changed.contains(&id) {
-                if let Err(e) = entry.update(|s| {
+                if let Err(e) = entry.update_even_if_full(|s| {
                     *s = status.clone();
                     Ok(())
                 }) {
@@ -170,7 +170,7 @@ impl Runtime {
                     "namespaces are gone (node rebooted?)"
                 };
                 tracing::warn!(sandbox = %id, "recovery: {why}: marking it stopped");
-                if let Err(e) = entry.update(|s| {
+                if let Err(e) = entry.update_even_if_full(|s| {
                     s.message = why.to_string();
                     s.stop(now_ns())
                 }) {

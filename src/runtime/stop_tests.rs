@@ -11,7 +11,7 @@ use super::state::status::{now_ns, ContainerState, ContainerStatus};
 use crate::config::Config;
 use crate::image::service::Images;
 use crate::monitor::exit_record::ExitRecord;
-use crate::oci::runtime::fake::Call;
+use crate::oci::runc::fake::Call;
 use crate::oci::{ContainerExit, ContainerRequest, FakeLauncher, FakeRuntime, HostFacts};
 
 struct Fixture {

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::Plan;
 use crate::error::{Error, Result, ResultExt};
-use crate::network::cidr::{self, Cidr};
+use crate::config::cidr::{self, Cidr};
 
 /// The registry of running daemons' embedded networks (tmpfs: gone at reboot, with them).
 pub const CLAIMS_DIR: &str = "/run/bosun-networks";

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::streams::{self, Drain, TerminalReader, TerminalWriter};
 use super::{Session, SessionEnd, StreamRequest, TerminalSize};
 use crate::error::{Error, Result};
-use crate::oci::runtime::{ExecKiller, ExecStdio};
+use crate::oci::runc::{ExecKiller, ExecStdio};
 use crate::runtime::service::Runtime;
 
 /// How long output may still flow without progress once the process ended (a descendant that
@@ -125,8 +125,7 @@ async fn resize(
     mut sizes: mpsc::UnboundedReceiver<TerminalSize>,
 ) {
     while let Some(size) = sizes.recv().await {
-        if let Err(e) = crate::oci::runtime::exec_stream::set_size(&master, size.width, size.height)
-        {
+        if let Err(e) = crate::oci::runc::exec_stream::set_size(&master, size.width, size.height) {
             tracing::debug!("exec resize: {e}");
             continue;
         }

@@ -374,3 +374,42 @@ fn concurrent_updates_serialise_versions() {
     let s = e.status();
     assert_eq!((s.version, s.message.len()), (41, 40));
 }
+
+#[tokio::test]
+async fn on_a_full_disk_an_exit_is_published_and_written_once_there_is_room() {
+    let name = "on_a_full_disk_an_exit_is_published_and_written_once_there_is_room";
+    let Some(fs) = crate::testutil::SmallTmpfs::new(name, 64) else {
+        return;
+    };
+    let sd = Dir::open(fs.path()).expect("open");
+    let r = sd.containers.reserve("web").expect("reserve");
+    let e = sd
+        .containers
+        .create(r, meta("web", &[], None), ContainerStatus::created(10))
+        .expect("create");
+    e.update(|s| s.start(11, 42)).expect("start");
+    fs.fill();
+    let on_disk = || -> ContainerStatus {
+        serde_json::from_slice(&fs::read(e.dir().join(STATUS_FILE)).expect("read")).expect("json")
+    };
+    // An ordinary change waits for room: memory unchanged.
+    let err = e.update(|s| s.exit(12, 0, false)).expect_err("a full disk");
+    assert_eq!(err.kind(), ErrorKind::NoSpace, "{err}");
+    assert_eq!(e.status().state(), ContainerState::Running);
+    // A fact is published at once; the file keeps the last whole status.
+    let s = e
+        .update_even_if_full(|s| s.exit(12, 0, false))
+        .expect("published");
+    assert_eq!((s.version, s.state()), (3, ContainerState::Exited));
+    assert_eq!(e.status(), s);
+    assert_eq!(on_disk().version, 2);
+    assert_eq!(files(e.dir()), [META_FILE, STATUS_FILE], "temp file left");
+    fs.free();
+    for _ in 0..100 {
+        if on_disk().version == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(on_disk(), s, "written once there was room");
+}

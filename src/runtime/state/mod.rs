@@ -10,7 +10,10 @@
 //
 // Derived, never stored: an object's state, from its timestamps (status.rs); the in-memory
 // index and the name reservations, rebuilt from the records at each start (table.rs,
-// reserve.rs). Memory changes only after the write to disk succeeded.
+// reserve.rs). Memory changes only after the write to disk succeeded, but for facts kept on
+// disk elsewhere (an exit in the monitor's record, a stop whose namespaces are gone): on a full
+// disk those are published anyway and their status written once there is room (issue 28,
+// Entry::update_even_if_full).
 //
 // Recovery, before the daemon serves: load.rs reads every record back and never fails as a
 // whole (stale temp files deleted, a directory without meta.json removed, an unreadable

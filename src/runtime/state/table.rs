@@ -3,15 +3,17 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::id;
 use super::load::Loaded;
 use super::lock;
 use super::record::{Meta, Status, META_FILE, STATUS_FILE};
 use super::reserve::{self, Names, Reservation};
-use crate::error::{Error, Result, ResultExt};
+use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::store::atomic::{sync_dir, write_json_nosync, write_synced};
+use crate::store::space::{name_fs, NameFs};
 
 /// One object: immutable id and metadata, and its current status.
 #[derive(Debug)]
@@ -23,7 +25,12 @@ pub struct Entry<M, S> {
     status: Mutex<S>,
     /// Serialises status writers; held across the write and fsync, never by readers.
     write: Mutex<()>,
+    /// The status in memory is newer than `status.json` (see [`Entry::update_even_if_full`]).
+    behind: AtomicBool,
 }
+
+/// How often a status kept in memory for want of disk space is written again.
+const SAVE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl<M: Meta, S: Status> Entry<M, S> {
     /// The full id.
@@ -59,9 +66,76 @@ impl<M: Meta, S: Status> Entry<M, S> {
         next.set_version(next.version() + 1);
         write_json_nosync(&self.dir.join(STATUS_FILE), &next)
             .ctx(|| format!("{}: write status", self.id))?;
+        self.behind.store(false, Ordering::Relaxed);
         *lock(&self.status) = next.clone();
         Ok(next)
     }
+
+    /// [`Entry::update`] for a change that is a fact already, kept on disk elsewhere: a
+    /// container's exit (its monitor's exit record), a pod stopped (its namespaces gone),
+    /// what recovery derived from those. On a full disk memory takes it anyway and the status
+    /// file is written again every second until there is room (or a later write or the
+    /// object's removal supersedes it): a container that exited must not stay RUNNING, nor
+    /// its pod unremovable, while the disk is full, and after a crash recovery derives the
+    /// same state from the same facts (DESIGN rule 6). Other failures are [`Entry::update`]'s.
+    pub fn update_even_if_full(
+        self: &Arc<Self>,
+        change: impl FnOnce(&mut S) -> Result<()>,
+    ) -> Result<S> {
+        let _writer = lock(&self.write);
+        let mut next = self.status();
+        change(&mut next)?;
+        next.set_version(next.version() + 1);
+        match write_json_nosync(&self.dir.join(STATUS_FILE), &next) {
+            Ok(()) => self.behind.store(false, Ordering::Relaxed),
+            Err(e) if e.kind() == ErrorKind::NoSpace => {
+                tracing::warn!(id = %self.id, "write status: {e}; kept in memory until there is room");
+                if !self.behind.swap(true, Ordering::Relaxed) {
+                    save_later(Arc::downgrade(self));
+                }
+            }
+            Err(e) => return Err(e.context(format!("{}: write status", self.id))),
+        }
+        *lock(&self.status) = next.clone();
+        Ok(next)
+    }
+
+    /// Writes the status kept in memory if it is newer than the file.
+    fn catch_up(&self) -> Result<()> {
+        let _writer = lock(&self.write);
+        if self.behind.load(Ordering::Relaxed) {
+            write_json_nosync(&self.dir.join(STATUS_FILE), &self.status())?;
+            self.behind.store(false, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Retries [`Entry::catch_up`] every [`SAVE_RETRY`] while the disk is full; stops once it
+/// succeeds, fails otherwise (the object was removed: its directory is gone) or the entry is
+/// dropped. Outside a tokio runtime (unit tests) nothing retries.
+fn save_later<M: Meta, S: Status>(entry: Weak<Entry<M, S>>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        loop {
+            tokio::time::sleep(SAVE_RETRY).await;
+            let Some(e) = entry.upgrade() else { return };
+            match e.catch_up() {
+                Ok(()) => {
+                    tracing::info!(id = %e.id, "status written now that there is room");
+                    return;
+                }
+                Err(err) if err.kind() == ErrorKind::NoSpace => {}
+                Err(err) => {
+                    tracing::debug!(id = %e.id, "status not written after all: {err}");
+                    e.behind.store(false, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    });
 }
 
 /// List filter; every set field must match (labels: all of them).
@@ -132,8 +206,8 @@ impl<M: Meta, S: Status> Table<M, S> {
     ) -> Result<Arc<Entry<M, S>>> {
         let id = reservation.id().to_string();
         let dir = self.dir.join(&id);
-        let ctx = || format!("{} {id}: create", self.kind);
-        fs::create_dir(&dir).ctx(ctx)?;
+        let ctx = || format!("{} {id}: create its record", self.kind);
+        fs::create_dir(&dir).ctx(ctx).name_fs(&self.dir)?;
         status.set_version(1);
         // The meta synced, the status not (as every later status update), then one fsync of
         // the new directory for both renames and one of the kind directory for the new entry
@@ -154,7 +228,7 @@ impl<M: Meta, S: Status> Table<M, S> {
             .and_then(|()| sync_dir(&self.dir));
         if let Err(e) = written {
             let _ = fs::remove_dir_all(&dir);
-            return Err(e.context(ctx()));
+            return Err(name_fs(e.context(ctx()), &self.dir));
         }
         let entry = Arc::new(Entry {
             id: id.clone(),
@@ -162,6 +236,7 @@ impl<M: Meta, S: Status> Table<M, S> {
             meta,
             status: Mutex::new(status),
             write: Mutex::new(()),
+            behind: AtomicBool::new(false),
         });
         lock(&self.index).insert(id, entry.clone());
         reservation.commit();
@@ -186,6 +261,7 @@ impl<M: Meta, S: Status> Table<M, S> {
             meta: loaded.meta,
             status: Mutex::new(loaded.status),
             write: Mutex::new(()),
+            behind: AtomicBool::new(false),
         });
         lock(&self.index).insert(loaded.id, entry);
         claimed
