@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::plan::Plan;
-use crate::error::{Error, Result, ResultExt};
 use crate::config::cidr::{self, Cidr};
+use crate::error::{Error, Result, ResultExt};
 
 /// The registry of running daemons' embedded networks (tmpfs: gone at reboot, with them).
 pub const CLAIMS_DIR: &str = "/run/bosun-networks";
