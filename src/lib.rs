@@ -6,6 +6,8 @@ pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod daemon;
+#[cfg(test)]
+mod doc_tests;
 pub mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
