@@ -1,6 +1,7 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
 mod cgroups;
+mod cli_errors;
 mod crash_churn;
 mod crash_cni;
 mod crash_lock;
@@ -67,6 +68,7 @@ fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(cgroups::trials());
+    trials.extend(cli_errors::trials());
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_deferred::trials());
