@@ -96,8 +96,9 @@ impl Runtime {
         let built = async {
             crate::failpoint_check!("container.create.recorded")?;
             let user = self.build_container(&sandbox, &image, entry.meta()).await?;
-            // The identity is known only now; a rename, like every status update (README
-            // "Layout"): the synced creation record above is what recovery needs.
+            // The identity is known only now; a rename, like every status update
+            // (docs/architecture.md, "State on disk"): the synced creation record above is
+            // what recovery needs.
             entry.update(|s| {
                 s.user = Some(user);
                 Ok(())
