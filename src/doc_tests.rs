@@ -338,6 +338,60 @@ fn every_documented_bosun_command_parses_with_the_cli() {
     );
 }
 
+/// GitHub's anchor of a heading: lower case, spaces to `-`, other punctuation dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim_start_matches('#')
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_link_between_the_pages_finds_its_page_and_heading() {
+    let docs = docs();
+    let mut bad = Vec::new();
+    for doc in &docs {
+        let dir = std::path::Path::new(&doc.path)
+            .parent()
+            .unwrap_or(std::path::Path::new(""));
+        let (_, prose) = split_fences(&doc.text);
+        for target in prose
+            .split("](")
+            .skip(1)
+            .filter_map(|t| t.split(')').next())
+        {
+            if target.contains("://") {
+                continue;
+            }
+            let (file, heading) = target.split_once('#').unwrap_or((target, ""));
+            let path = dir.join(file).display().to_string();
+            let found = docs.iter().find(|d| d.path == path);
+            let ok = found.is_some_and(|d| {
+                heading.is_empty()
+                    || split_fences(&d.text)
+                        .1
+                        .lines()
+                        .any(|l| l.starts_with('#') && anchor(l) == heading)
+            });
+            if !ok {
+                bad.push(format!("{}: ]({target})", doc.path));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "links to no page or heading:\n{}",
+        bad.join("\n")
+    );
+}
+
 #[test]
 fn the_checkers_catch_what_they_must() {
     let (blocks, prose) = split_fences("a `bosun pod` b\n```toml\nx = 1\n```\n`bosun x`\n");
@@ -368,4 +422,8 @@ fn the_checkers_catch_what_they_must() {
     assert!(refusal(&words("bosun pod describe"), false).is_some());
     assert!(refusal(&words("bosun pod describe"), true).is_none());
     assert!(refusal(&words("bosun monitor --standby"), false).is_none());
+    assert_eq!(
+        anchor("## The VM lane: cgroup v2 and systemd (`hack/vm`)"),
+        "the-vm-lane-cgroup-v2-and-systemd-hackvm"
+    );
 }
