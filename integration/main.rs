@@ -1,6 +1,7 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
 mod cgroups;
+mod cli_errors;
 mod crash_churn;
 mod crash_cni;
 mod crash_lock;
@@ -29,6 +30,9 @@ mod daemon;
 mod daemon_idle;
 mod disk_full;
 mod disk_records;
+mod faults_daemons;
+mod faults_lists;
+mod faults_undo;
 mod hostile;
 mod hostile_cases;
 mod images;
@@ -64,6 +68,7 @@ fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(cgroups::trials());
+    trials.extend(cli_errors::trials());
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_deferred::trials());
@@ -92,6 +97,9 @@ fn main() {
     trials.extend(daemon_idle::trials());
     trials.extend(disk_full::trials());
     trials.extend(disk_records::trials());
+    trials.extend(faults_undo::trials());
+    trials.extend(faults_daemons::trials());
+    trials.extend(faults_lists::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());
     trials.extend(images_flaky::trials());
