@@ -2,6 +2,7 @@
 
 mod certs_d;
 mod cgroups;
+mod cli_errors;
 mod crash_churn;
 mod crash_cni;
 mod crash_lock;
@@ -31,6 +32,9 @@ mod daemon;
 mod daemon_idle;
 mod disk_full;
 mod disk_records;
+mod faults_daemons;
+mod faults_lists;
+mod faults_undo;
 mod hostile;
 mod hostile_cases;
 mod images;
@@ -67,6 +71,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(cgroups::trials());
     trials.extend(certs_d::trials());
+    trials.extend(cli_errors::trials());
     trials.extend(cri_pods::trials());
     trials.extend(cri_containers::trials());
     trials.extend(cri_deferred::trials());
@@ -96,6 +101,9 @@ fn main() {
     trials.extend(daemon_idle::trials());
     trials.extend(disk_full::trials());
     trials.extend(disk_records::trials());
+    trials.extend(faults_undo::trials());
+    trials.extend(faults_daemons::trials());
+    trials.extend(faults_lists::trials());
     trials.extend(hostile::trials());
     trials.extend(images::trials());
     trials.extend(images_flaky::trials());
