@@ -211,8 +211,8 @@ fn condition_pair(condition: &str) -> anyhow::Result<(&str, &str)> {
             Ok((kind, status))
         }
         _ => bail!(
-            "condition {condition:?}: want TYPE=True or TYPE=False (e.g. bosun pod condition set \
-             NAME example.com/ready=True)"
+            "condition {condition:?}: the status must be True or False, as in TYPE=True \
+             (e.g. bosun pod condition set NAME example.com/ready=True)"
         ),
     }
 }
