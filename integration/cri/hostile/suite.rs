@@ -13,7 +13,7 @@ use pb::image_service_client::ImageServiceClient;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use crate::hostile_cases::{cases, Call, Case, Expect};
+use super::cases::{cases, Call, Case, Expect};
 use crate::support::cri::{self, Rt};
 use crate::support::{block_on, grpcio_python, repo_root, trial, Daemon, Need};
 

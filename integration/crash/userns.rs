@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 
-use crate::crash_steps::{self, call, Rpc, TRAP3};
-use crate::cri_userns::userns_pod;
+use crate::crash::steps::{self, call, Rpc, TRAP3};
+use crate::cri::userns::userns_pod;
 use crate::support::cri::{self, Pod};
 use crate::support::{block_on, trial, Daemon, Need};
 
@@ -27,7 +27,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     )]
 }
 
-/// The boundaries around what a user namespace adds (the others are in crash_steps).
+/// The boundaries around what a user namespace adds (the others are in crash::steps).
 const POINTS: &[&str] = &[
     "sandbox.run.namespaces=kill",
     "sandbox.run.ready=kill",
@@ -38,52 +38,48 @@ const POINTS: &[&str] = &[
 ];
 
 fn at_its_steps() -> Result<()> {
-    crash_steps::suite(
-        crash_steps::Net::Embedded,
-        POINTS,
-        |d, spec, image, seen| {
-            let config = userns_pod(d, "crash-userns");
-            if spec.starts_with("sandbox.run.") {
-                return crash_steps::run_pod_killed_at(d, spec, image, seen, &config);
-            }
-            let pod = cri::with_log(
+    steps::suite(steps::Net::Embedded, POINTS, |d, spec, image, seen| {
+        let config = userns_pod(d, "crash-userns");
+        if spec.starts_with("sandbox.run.") {
+            return steps::run_pod_killed_at(d, spec, image, seen, &config);
+        }
+        let pod = cri::with_log(
+            d,
+            block_on(async {
+                let mut rt = cri::client(d).await?;
+                cri::run_pod(&mut rt, config.clone()).await
+            }),
+        )?;
+        seen.push(pod.id.clone());
+        if spec.starts_with("container.") {
+            create_killed_at(d, spec, image, &pod)
+        } else {
+            let main = running(d, image, &pod)?;
+            d.crash_at(spec, |d| {
+                if spec.starts_with("sandbox.stop.") {
+                    call(d, Rpc::StopPod(&pod.id))
+                } else {
+                    call(d, Rpc::RemovePod(&pod.id))
+                }
+            })?;
+            // Killed by the StopPodSandbox (137), or removed with its pod.
+            cri::with_log(
                 d,
                 block_on(async {
                     let mut rt = cri::client(d).await?;
-                    cri::run_pod(&mut rt, config.clone()).await
-                }),
-            )?;
-            seen.push(pod.id.clone());
-            if spec.starts_with("container.") {
-                create_killed_at(d, spec, image, &pod)
-            } else {
-                let main = running(d, image, &pod)?;
-                d.crash_at(spec, |d| {
-                    if spec.starts_with("sandbox.stop.") {
-                        call(d, Rpc::StopPod(&pod.id))
-                    } else {
-                        call(d, Rpc::RemovePod(&pod.id))
+                    if cri::status(&mut rt, &main).await.is_ok() {
+                        steps::check_created(&mut rt, &pod.id).await?;
+                        cri::check_exit(
+                            &cri::wait_exited(&mut rt, &main, 20).await?,
+                            137,
+                            "Error",
+                        )?;
                     }
-                })?;
-                // Killed by the StopPodSandbox (137), or removed with its pod.
-                cri::with_log(
-                    d,
-                    block_on(async {
-                        let mut rt = cri::client(d).await?;
-                        if cri::status(&mut rt, &main).await.is_ok() {
-                            crash_steps::check_created(&mut rt, &pod.id).await?;
-                            cri::check_exit(
-                                &cri::wait_exited(&mut rt, &main, 20).await?,
-                                137,
-                                "Error",
-                            )?;
-                        }
-                        Ok(())
-                    }),
-                )
-            }
-        },
-    )
+                    Ok(())
+                }),
+            )
+        }
+    })
 }
 
 /// CreateContainer in `pod` killed at `spec`: what was made of the container is removable,

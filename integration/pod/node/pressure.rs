@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 
-use crate::pod_node::{
+use crate::pod::node::resources::{
     delete_all, has_line, needs_and, node_describe, pod, reason_message, refused, run,
     small_node_reserving, untouched,
 };

@@ -1,6 +1,6 @@
 //! Node resources of supervised pods on a node whose allocatable is made small by `[node]`:
 //! admission refusals with the kubelet's reasons and messages, priority classes, critical-pod
-//! preemption, and the kubepods QoS cgroups read back from cgroupfs (eviction: pod_eviction.rs).
+//! preemption, and the kubepods QoS cgroups read back from cgroupfs (eviction: eviction.rs).
 
 use std::path::{Path, PathBuf};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::crash_steps::{self, call, Net, Rpc, NEEDS};
+use crate::crash::steps::{self, call, Net, Rpc, NEEDS};
 use crate::support::cri;
 use crate::support::network::DEBIAN_PLUGINS;
 use crate::support::{block_on, leaks, trial};
@@ -37,7 +37,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// recovers the sandbox at once (NOTREADY, DEL). Had the old ADD gone on, it would create the
 /// veth, the lease and the masquerade chain after that DEL, for good.
 fn orphaned_add() -> Result<()> {
-    let mut d = crash_steps::daemon(Net::Plugins)?;
+    let mut d = steps::daemon(Net::Plugins)?;
     let slow = 3 * crate::support::time_scale();
     d.net().wrap(
         "bridge",
@@ -100,7 +100,7 @@ fn del_cut_short() -> Result<()> {
 /// A pod whose first bridge DEL deletes the interface, then fails or (`crash`) hangs while the
 /// daemon is killed; StopPodSandbox again must leave no rule of the pod.
 fn interrupted_del(crash: bool) -> Result<()> {
-    let mut d = crash_steps::daemon(Net::Plugins)?;
+    let mut d = steps::daemon(Net::Plugins)?;
     let flag = d.dir().join("first-del-done");
     let end = if crash {
         "exec sleep 600"

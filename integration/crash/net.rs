@@ -5,7 +5,7 @@
 use anyhow::{ensure, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::crash_steps::{
+use crate::crash::steps::{
     call, pod_with_container_in, run_pod_killed_at, stopped_again_and_released, suite, Net, Rpc,
     NEEDS, TRAP3,
 };

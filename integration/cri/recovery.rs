@@ -47,7 +47,7 @@ fn start_not_recorded() -> Result<()> {
         }),
     )?;
     d.crash_at("container.start.launched=kill", |d| {
-        crate::crash_steps::call(d, crate::crash_steps::Rpc::Start(&id))
+        crate::crash::steps::call(d, crate::crash::steps::Rpc::Start(&id))
     })?;
     ensure!(
         cri::monitors_of(&id).len() == 1,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 
-use crate::pod_node::{
+use crate::pod::node::resources::{
     delete_all, has_line, needs_and, node_describe, pod, qos_parent, reason_message, refused, run,
     small_node_evicting, untouched, write_classes,
 };
