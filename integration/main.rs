@@ -1,5 +1,20 @@
 //! Integration tests: the real daemon over its socket, a real registry and real images (root only).
 
+/// `pub fn trials()`: every trial of the listed test modules, in this order. Each module is
+/// declared with a plain `mod` line too (rustfmt formats only the files of modules it sees, and
+/// it does not look into macros); the build fails on a module declared but not listed (its
+/// `trials` is never used) and on one listed but not declared.
+macro_rules! trials {
+    ($($m:ident),* $(,)?) => {
+        /// Every trial of this directory's test modules.
+        pub fn trials() -> Vec<libtest_mimic::Trial> {
+            let mut all = Vec::new();
+            $(all.extend($m::trials());)*
+            all
+        }
+    };
+}
+
 mod cgroups;
 mod crash;
 mod cri;
@@ -16,6 +31,23 @@ mod sessions;
 mod support;
 mod systemd;
 
+trials! {
+    cgroups,
+    cri,
+    sessions,
+    crash,
+    daemon,
+    images,
+    images_hostile,
+    kubectl,
+    monitor,
+    oci_spec,
+    pod,
+    runc,
+    sandbox,
+    systemd,
+}
+
 fn main() {
     // In-process runtimes (support::inproc) run this binary as their monitor and pod helpers:
     // dispatched first, while the process is still single-threaded (the monitor forks).
@@ -29,20 +61,5 @@ fn main() {
         _ => {}
     }
     let args = libtest_mimic::Arguments::from_args();
-    let mut trials = Vec::new();
-    trials.extend(cgroups::trials());
-    trials.extend(cri::trials());
-    trials.extend(sessions::trials());
-    trials.extend(crash::trials());
-    trials.extend(daemon::trials());
-    trials.extend(images::trials());
-    trials.extend(images_hostile::trials());
-    trials.extend(kubectl::trials());
-    trials.extend(monitor::trials());
-    trials.extend(oci_spec::trials());
-    trials.extend(pod::trials());
-    trials.extend(runc::trials());
-    trials.extend(sandbox::trials());
-    trials.extend(systemd::trials());
-    libtest_mimic::run(&args, trials).exit();
+    libtest_mimic::run(&args, trials()).exit();
 }

@@ -8,15 +8,12 @@ pub mod steps;
 mod trash;
 mod userns;
 
-/// Every trial of the modules above.
-pub fn trials() -> Vec<libtest_mimic::Trial> {
-    let mut all = Vec::new();
-    all.extend(steps::trials());
-    all.extend(trash::trials());
-    all.extend(cni::trials());
-    all.extend(userns::trials());
-    all.extend(churn::trials());
-    all.extend(lock::trials());
-    all.extend(net::trials());
-    all
+trials! {
+    steps,
+    trash,
+    cni,
+    userns,
+    churn,
+    lock,
+    net,
 }

@@ -3,10 +3,7 @@
 mod deadline;
 mod defects;
 
-/// Every trial of the modules above.
-pub fn trials() -> Vec<libtest_mimic::Trial> {
-    let mut all = Vec::new();
-    all.extend(defects::trials());
-    all.extend(deadline::trials());
-    all
+trials! {
+    defects,
+    deadline,
 }

@@ -3,7 +3,6 @@
 mod cases;
 mod suite;
 
-/// Every trial of the modules above.
-pub fn trials() -> Vec<libtest_mimic::Trial> {
-    suite::trials()
+trials! {
+    suite,
 }
