@@ -1,0 +1,134 @@
+//! Pod and container configs like the kubelet's, unique per test.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use bosun::proto::runtime::v1 as pb;
+
+use super::{Pod, NAMESPACE};
+use crate::support::Daemon;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// `<prefix>-<pid>-<n>`: unique in this test process (pod names, uids).
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The namespace options the kubelet sends for an ordinary pod: own network and IPC, one pid
+/// namespace per container (`pid`: CONTAINER) or per pod (POD: shareProcessNamespace).
+pub fn namespaces(pid: pb::NamespaceMode) -> pb::NamespaceOption {
+    pb::NamespaceOption {
+        network: pb::NamespaceMode::Pod as i32,
+        pid: pid as i32,
+        ipc: pb::NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+/// A pod config like the kubelet's, unique per call: name/uid from [`unique`], namespace
+/// [`NAMESPACE`], log directory in the test's scratch dir, the test's cgroup parent, pid
+/// namespace per container.
+pub fn pod_config(d: &Daemon, name: &str) -> pb::PodSandboxConfig {
+    let name = unique(name);
+    pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: name.clone(),
+            uid: format!("uid-{name}"),
+            namespace: NAMESPACE.into(),
+            attempt: 0,
+        }),
+        hostname: name.clone(),
+        log_directory: d.dir().join("logs").join(&name).display().to_string(),
+        linux: Some(pb::LinuxPodSandboxConfig {
+            cgroup_parent: d.cgroup_parent(),
+            security_context: Some(pb::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespaces(pb::NamespaceMode::Container)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Makes the pod share one pid namespace (shareProcessNamespace: a pod init is PID 1). Apply
+/// before creating containers: [`container_config`] copies the pod's namespace options.
+pub fn share_pid(pod: &mut pb::PodSandboxConfig) {
+    if let Some(sc) = pod.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
+        sc.namespace_options = Some(namespaces(pb::NamespaceMode::Pod));
+    }
+}
+
+/// A container config like the kubelet's: metadata `name`, `image`, log path `<name>.log`
+/// (relative to the pod's log directory), the pod's namespace options, the image's command.
+pub fn container_config(pod: &Pod, name: &str, image: &str) -> pb::ContainerConfig {
+    let ns = pod
+        .config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone());
+    pb::ContainerConfig {
+        metadata: Some(pb::ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(pb::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        log_path: format!("{name}.log"),
+        linux: Some(pb::LinuxContainerConfig {
+            resources: None,
+            security_context: Some(pb::LinuxContainerSecurityContext {
+                namespace_options: ns,
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
+/// [`container_config`] running `sh -c script`.
+pub fn sh_config(pod: &Pod, name: &str, image: &str, script: &str) -> pb::ContainerConfig {
+    let mut c = container_config(pod, name, image);
+    c.command = vec!["sh".into(), "-c".into(), script.into()];
+    c
+}
+
+/// The container's security context (created if missing).
+pub fn security(c: &mut pb::ContainerConfig) -> &mut pb::LinuxContainerSecurityContext {
+    c.linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+}
+
+/// The container's resources (created if missing).
+pub fn resources(c: &mut pb::ContainerConfig) -> &mut pb::LinuxContainerResources {
+    c.linux
+        .get_or_insert_with(Default::default)
+        .resources
+        .get_or_insert_with(Default::default)
+}
+
+/// A `KeyValue` env entry.
+pub fn env(key: &str, value: &str) -> pb::KeyValue {
+    pb::KeyValue {
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+    }
+}
+
+/// A string map from pairs.
+pub fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
