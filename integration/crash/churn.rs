@@ -13,7 +13,7 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 use rand::Rng;
 
-use crate::crash::steps::NEEDS;
+use crate::support::crash::NEEDS;
 use crate::support::cri::{self, Rt};
 use crate::support::network::HostPortGuard;
 use crate::support::{block_on, leaks, trial};
@@ -202,7 +202,7 @@ async fn check_consistent(rt: &mut Rt, daemon_log: &str) -> Result<(usize, usize
 }
 
 fn churn() -> Result<()> {
-    let mut d = cri::daemon_with(crate::crash::steps::MASQUERADE)?;
+    let mut d = cri::daemon_with(crate::support::crash::MASQUERADE)?;
     let _ports = HostPortGuard::new();
     let image = cri::import(&d, "busybox")?;
     let env = Env {

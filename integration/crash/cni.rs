@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::crash::steps::{self, call, Net, Rpc, NEEDS};
+use crate::support::crash::{self as steps, call, Net, Rpc, NEEDS};
 use crate::support::cri;
 use crate::support::network::DEBIAN_PLUGINS;
 use crate::support::{block_on, leaks, trial};

@@ -5,7 +5,7 @@
 use anyhow::{ensure, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::crash::steps::{
+use crate::support::crash::{
     call, pod_with_container_in, run_pod_killed_at, stopped_again_and_released, suite, Net, Rpc,
     NEEDS, TRAP3,
 };

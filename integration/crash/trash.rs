@@ -3,7 +3,7 @@
 
 use anyhow::{ensure, Context, Result};
 
-use crate::crash::steps::{daemon, pod_with_container, remove_all_and_check, Net, TRAP3};
+use crate::support::crash::{daemon, pod_with_container, remove_all_and_check, Net, TRAP3};
 use crate::support::cri;
 use crate::support::{block_on, trial, Need};
 

@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 
-use crate::crash::steps::{self, call, Rpc, TRAP3};
-use crate::cri::userns::userns_pod;
+use crate::support::crash::{self as steps, call, Rpc, TRAP3};
+use crate::support::cri::userns_pod;
 use crate::support::cri::{self, Pod};
 use crate::support::{block_on, trial, Daemon, Need};
 

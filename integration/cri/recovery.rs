@@ -47,7 +47,7 @@ fn start_not_recorded() -> Result<()> {
         }),
     )?;
     d.crash_at("container.start.launched=kill", |d| {
-        crate::crash::steps::call(d, crate::crash::steps::Rpc::Start(&id))
+        crate::support::crash::call(d, crate::support::crash::Rpc::Start(&id))
     })?;
     ensure!(
         cri::monitors_of(&id).len() == 1,

@@ -9,14 +9,12 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 use tonic::Code;
 
-use crate::support::cri::{self, Rt};
+use crate::support::cri::{
+    self, ns_options, range, userns, userns_pod, Rt, USERNS_BASE as BASE, USERNS_LEN as LEN,
+};
 use crate::support::{block_on, trial, Need};
 
 const NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images, Need::UserNamespaces];
-
-/// Host uid/gid of the pods' root (inside ids 0..65536 map to BASE..BASE+65536).
-const BASE: u32 = 300_000;
-const LEN: u32 = 65_536;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -41,41 +39,6 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             restart,
         ),
     ]
-}
-
-fn range(container_id: u32, host_id: u32, length: u32) -> pb::IdMapping {
-    pb::IdMapping {
-        host_id,
-        container_id,
-        length,
-    }
-}
-
-/// `userns_options` with mode `mode` and `map` for both uids and gids.
-fn userns(mode: pb::NamespaceMode, map: Vec<pb::IdMapping>) -> pb::UserNamespace {
-    pb::UserNamespace {
-        mode: mode as i32,
-        uids: map.clone(),
-        gids: map,
-    }
-}
-
-/// The pod's namespace options (created if missing).
-fn ns_options(pod: &mut pb::PodSandboxConfig) -> &mut pb::NamespaceOption {
-    pod.linux
-        .get_or_insert_with(Default::default)
-        .security_context
-        .get_or_insert_with(Default::default)
-        .namespace_options
-        .get_or_insert_with(Default::default)
-}
-
-/// A pod config with its own user namespace mapping 0..LEN to BASE.. (the kubelet's shape).
-pub fn userns_pod(d: &crate::support::Daemon, name: &str) -> pb::PodSandboxConfig {
-    let mut config = cri::pod_config(d, name);
-    ns_options(&mut config).userns_options =
-        Some(userns(pb::NamespaceMode::Pod, vec![range(0, BASE, LEN)]));
-    config
 }
 
 /// Status's features for the default handler.

@@ -1,11 +1,13 @@
 //! Shared fixtures: environment checks with honest skips, the daemon, the registry, test images.
 
 pub mod cgroup;
+pub mod crash;
 pub mod cri;
 pub mod daemon;
 pub mod inproc;
 pub mod leaks;
 pub mod network;
+pub mod node;
 pub mod pods;
 pub mod proxy;
 pub mod registry;

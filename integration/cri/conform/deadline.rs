@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use super::defects::{target, unique_secs};
 use crate::support::cri::{self, NEEDS};
+use crate::support::cri::{target, unique_secs};
 use crate::support::daemon::Daemon;
 use crate::support::{block_on, trial};
 

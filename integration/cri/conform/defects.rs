@@ -5,8 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::support::cri::{self, processes_with_argv, Rt, NEEDS};
-use crate::support::daemon::Daemon;
+use crate::support::cri::{self, processes_with_argv, target, unique_secs, Rt, NEEDS};
 use crate::support::{block_on, scaled, time_scale, trial};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -77,32 +76,6 @@ async fn find_running(argvs: &[Vec<String>], secs: u64) -> Result<Vec<Seen>> {
         ensure!(Instant::now() < until, "never saw {argvs:?} running");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// A number for argv that no other test uses.
-pub(crate) fn unique_secs(base: u32) -> String {
-    format!("{}", base + std::process::id() % 90_000)
-}
-
-/// A started busybox container running `script` in a fresh pod (`shared`: one pid namespace
-/// for the pod, the CRI default and critest's); waits for its `ready` line.
-pub(crate) async fn target(
-    d: &Daemon,
-    rt: &mut Rt,
-    busybox: &str,
-    name: &str,
-    shared: bool,
-    script: &str,
-) -> Result<(cri::Pod, pb::ContainerConfig, String)> {
-    let mut config = cri::pod_config(d, name);
-    if shared {
-        cri::share_pid(&mut config);
-    }
-    let pod = cri::run_pod(rt, config).await?;
-    let c = cri::sh_config(&pod, "target", busybox, script);
-    let id = cri::create_start(rt, &pod, &c).await?;
-    cri::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
-    Ok((pod, c, id))
 }
 
 /// critest "runtime should support execSync with timeout": after ExecSync(`sleep`, 1 s)

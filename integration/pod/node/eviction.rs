@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 
-use crate::pod::node::resources::{
+use crate::support::cgroup;
+use crate::support::cri;
+use crate::support::node::{
     delete_all, has_line, needs_and, node_describe, pod, qos_parent, reason_message, refused, run,
     small_node_evicting, untouched, write_classes,
 };
-use crate::support::cgroup;
-use crate::support::cri;
 use crate::support::pods::{self, BUSYBOX};
 use crate::support::{trial, Need};
 

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 
-use crate::pod::node::resources::{
+use crate::support::cri::{self, NEEDS};
+use crate::support::node::{
     delete_all, has_line, needs_and, node_describe, pod, reason_message, refused, run,
     small_node_reserving, untouched,
 };
-use crate::support::cri::{self, NEEDS};
 use crate::support::pods::{self, BUSYBOX};
 use crate::support::{block_on, trial, Daemon, Need};
 

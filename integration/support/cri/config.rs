@@ -132,3 +132,47 @@ pub fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// Host uid/gid of the pods' root in [`userns_pod`] (inside ids 0..65536 map to this and up).
+pub const USERNS_BASE: u32 = 300_000;
+/// How many ids [`userns_pod`] maps.
+pub const USERNS_LEN: u32 = 65_536;
+
+/// `length` ids from `container_id` inside mapped to `host_id` and up.
+pub fn range(container_id: u32, host_id: u32, length: u32) -> pb::IdMapping {
+    pb::IdMapping {
+        host_id,
+        container_id,
+        length,
+    }
+}
+
+/// `userns_options` with mode `mode` and `map` for both uids and gids.
+pub fn userns(mode: pb::NamespaceMode, map: Vec<pb::IdMapping>) -> pb::UserNamespace {
+    pb::UserNamespace {
+        mode: mode as i32,
+        uids: map.clone(),
+        gids: map,
+    }
+}
+
+/// The pod's namespace options (created if missing).
+pub fn ns_options(pod: &mut pb::PodSandboxConfig) -> &mut pb::NamespaceOption {
+    pod.linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default)
+}
+
+/// A pod config with its own user namespace mapping 0..[`USERNS_LEN`] to [`USERNS_BASE`].. (the
+/// kubelet's shape).
+pub fn userns_pod(d: &Daemon, name: &str) -> pb::PodSandboxConfig {
+    let mut config = pod_config(d, name);
+    ns_options(&mut config).userns_options = Some(userns(
+        pb::NamespaceMode::Pod,
+        vec![range(0, USERNS_BASE, USERNS_LEN)],
+    ));
+    config
+}

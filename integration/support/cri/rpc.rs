@@ -286,3 +286,29 @@ pub fn now_ns() -> i64 {
 pub fn secs(ns: i64) -> f64 {
     ns as f64 / 1e9
 }
+
+/// A number for argv that no other test uses.
+pub fn unique_secs(base: u32) -> String {
+    format!("{}", base + std::process::id() % 90_000)
+}
+
+/// A started busybox container running `script` in a fresh pod (`shared`: one pid namespace
+/// for the pod, the CRI default and critest's); waits for its `ready` line.
+pub async fn target(
+    d: &Daemon,
+    rt: &mut Rt,
+    busybox: &str,
+    name: &str,
+    shared: bool,
+    script: &str,
+) -> Result<(Pod, pb::ContainerConfig, String)> {
+    let mut config = super::pod_config(d, name);
+    if shared {
+        super::share_pid(&mut config);
+    }
+    let pod = run_pod(rt, config).await?;
+    let c = super::sh_config(&pod, "target", busybox, script);
+    let id = create_start(rt, &pod, &c).await?;
+    super::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
+    Ok((pod, c, id))
+}
