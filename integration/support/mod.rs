@@ -6,17 +6,24 @@ pub mod cri;
 pub mod daemon;
 pub mod inproc;
 pub mod leaks;
+// Used as the tests move onto them (the conversion commits that follow).
+#[allow(dead_code)]
+pub mod manifest;
 pub mod network;
 pub mod node;
 pub mod pods;
 pub mod proxy;
 pub mod registry;
+#[allow(dead_code)]
+pub mod scenario;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub use daemon::Daemon;
 pub use registry::Registry;
+#[allow(unused_imports)]
+pub use scenario::{Scenario, Scene};
 
 /// What a test needs from the machine; unmet needs make it "ignored" with the reason printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

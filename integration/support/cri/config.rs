@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use bosun::proto::runtime::v1 as pb;
 
-use super::{Pod, NAMESPACE};
+use super::{ContainerBuilder, Pod, PodBuilder};
 use crate::support::Daemon;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -32,28 +32,9 @@ pub fn namespaces(pid: pb::NamespaceMode) -> pb::NamespaceOption {
 
 /// A pod config like the kubelet's, unique per call: name/uid from [`unique`], namespace
 /// [`NAMESPACE`], log directory in the test's scratch dir, the test's cgroup parent, pid
-/// namespace per container.
+/// namespace per container. [`PodBuilder`] adds to it.
 pub fn pod_config(d: &Daemon, name: &str) -> pb::PodSandboxConfig {
-    let name = unique(name);
-    pb::PodSandboxConfig {
-        metadata: Some(pb::PodSandboxMetadata {
-            name: name.clone(),
-            uid: format!("uid-{name}"),
-            namespace: NAMESPACE.into(),
-            attempt: 0,
-        }),
-        hostname: name.clone(),
-        log_directory: d.dir().join("logs").join(&name).display().to_string(),
-        linux: Some(pb::LinuxPodSandboxConfig {
-            cgroup_parent: d.cgroup_parent(),
-            security_context: Some(pb::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespaces(pb::NamespaceMode::Container)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    PodBuilder::new(d, name).build()
 }
 
 /// Makes the pod share one pid namespace (shareProcessNamespace: a pod init is PID 1). Apply
@@ -66,39 +47,14 @@ pub fn share_pid(pod: &mut pb::PodSandboxConfig) {
 
 /// A container config like the kubelet's: metadata `name`, `image`, log path `<name>.log`
 /// (relative to the pod's log directory), the pod's namespace options, the image's command.
+/// [`ContainerBuilder`] adds to it.
 pub fn container_config(pod: &Pod, name: &str, image: &str) -> pb::ContainerConfig {
-    let ns = pod
-        .config
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.namespace_options.clone());
-    pb::ContainerConfig {
-        metadata: Some(pb::ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(pb::ImageSpec {
-            image: image.into(),
-            ..Default::default()
-        }),
-        log_path: format!("{name}.log"),
-        linux: Some(pb::LinuxContainerConfig {
-            resources: None,
-            security_context: Some(pb::LinuxContainerSecurityContext {
-                namespace_options: ns,
-                ..Default::default()
-            }),
-        }),
-        ..Default::default()
-    }
+    ContainerBuilder::new(pod, name, image).build()
 }
 
 /// [`container_config`] running `sh -c script`.
 pub fn sh_config(pod: &Pod, name: &str, image: &str, script: &str) -> pb::ContainerConfig {
-    let mut c = container_config(pod, name, image);
-    c.command = vec!["sh".into(), "-c".into(), script.into()];
-    c
+    ContainerBuilder::new(pod, name, image).sh(script).build()
 }
 
 /// The container's security context (created if missing).

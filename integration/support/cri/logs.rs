@@ -8,10 +8,16 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::support::Daemon;
 
+/// What opens the daemon's log in an error.
+const LOG_MARK: &str = "--- daemon log";
+
 /// `r`, with the last lines of the daemon's log added to an error (what the daemon said about
-/// the failed step).
+/// the failed step), unless it carries them already (an inner step added them).
 pub fn with_log<T>(d: &Daemon, r: Result<T>) -> Result<T> {
     r.map_err(|e| {
+        if format!("{e:#}").contains(LOG_MARK) {
+            return e;
+        }
         let log = d.log();
         // The runtime's own lines, not the HTTP/2 transport's debug chatter.
         let lines: Vec<&str> = log
@@ -23,7 +29,7 @@ pub fn with_log<T>(d: &Daemon, r: Result<T>) -> Result<T> {
             })
             .collect();
         let tail = lines[lines.len().saturating_sub(40)..].join("\n");
-        anyhow::anyhow!("{e:#}\n--- daemon log (last 40 runtime lines):\n{tail}")
+        anyhow::anyhow!("{e:#}\n{LOG_MARK} (last 40 runtime lines):\n{tail}")
     })
 }
 

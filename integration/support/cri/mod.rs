@@ -3,6 +3,7 @@
 //! state, pinned namespaces) every CRI test ends with. The scans here are also what
 //! [`Daemon`]'s drop uses to clean up after a failed test.
 
+mod build;
 mod clean;
 mod config;
 mod host;
@@ -13,6 +14,7 @@ use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
 
+pub use build::*;
 pub use clean::*;
 pub use config::*;
 pub use host::*;
