@@ -1,6 +1,7 @@
 //! CRI log files (parsed, split into lines, waited for) and the daemon's log added to a
 //! failed step's error.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -163,4 +164,23 @@ fn canonical_time(ts: &str) -> String {
     let rest = ts.trim_end_matches('Z');
     let (secs, frac) = rest.split_once('.').unwrap_or((rest, ""));
     format!("{secs}.{frac:0<9}")
+}
+
+/// `key=value` lines of a container's stdout (the first value of each key).
+pub fn facts(lines: &[String]) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for l in lines {
+        if let Some((k, v)) = l.split_once('=') {
+            out.entry(k.to_string()).or_insert_with(|| v.to_string());
+        }
+    }
+    out
+}
+
+/// Every value of key `key` in `key=value` lines.
+pub fn all_of(lines: &[String], key: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_string))
+        .collect()
 }

@@ -312,3 +312,57 @@ pub async fn target(
     super::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
     Ok((pod, c, id))
 }
+
+/// `err` carries a gRPC status with `code`.
+pub fn code_is(err: &anyhow::Error, code: tonic::Code) -> Result<()> {
+    let status = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<tonic::Status>())
+        .with_context(|| format!("not a gRPC error: {err:#}"))?;
+    ensure!(
+        status.code() == code,
+        "want {code:?}, got {:?}: {}",
+        status.code(),
+        status.message()
+    );
+    Ok(())
+}
+
+/// The gRPC status `err` carries, if any.
+pub fn status_of(err: &anyhow::Error) -> Option<&tonic::Status> {
+    err.chain().find_map(|e| e.downcast_ref::<tonic::Status>())
+}
+
+/// Creates and starts `c` in `pod`, waits for its exit (10 s), checks exit 0 and returns its
+/// stdout lines.
+pub async fn run_to_completion(
+    rt: &mut Rt,
+    pod: &Pod,
+    c: &pb::ContainerConfig,
+) -> Result<Vec<String>> {
+    Ok(run_to_completion_status(rt, pod, c).await?.0)
+}
+
+/// [`run_to_completion`], also returning the final status.
+pub async fn run_to_completion_status(
+    rt: &mut Rt,
+    pod: &Pod,
+    c: &pb::ContainerConfig,
+) -> Result<(Vec<String>, pb::ContainerStatus)> {
+    let id = create_start(rt, pod, c).await?;
+    let s = wait_exited(rt, &id, 10).await?;
+    let log = super::read_log(&pod.log_of(c))?;
+    let out = super::lines_of(&log, "stdout");
+    let name = c
+        .metadata
+        .as_ref()
+        .map(|m| m.name.clone())
+        .unwrap_or_default();
+    check_exit(&s, 0, "Completed").with_context(|| {
+        format!(
+            "container {name}: stdout {out:?} stderr {:?}",
+            super::lines_of(&log, "stderr")
+        )
+    })?;
+    Ok((out, s))
+}
