@@ -4,18 +4,24 @@ pub mod cgroup;
 pub mod crash;
 pub mod cri;
 pub mod daemon;
+pub mod images;
 pub mod inproc;
 pub mod leaks;
+pub mod monitor;
 // Used as the tests move onto them (the conversion commits that follow).
 #[allow(dead_code)]
 pub mod manifest;
 pub mod network;
 pub mod node;
+pub mod podnet;
 pub mod pods;
 pub mod proxy;
 pub mod registry;
 #[allow(dead_code)]
 pub mod scenario;
+pub mod sessions;
+pub mod stats;
+pub mod streaming;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -290,3 +290,22 @@ pub fn marker(path: &std::path::Path, label: &str) -> Result<f64> {
         })
         .with_context(|| format!("no {label} in {}:\n{text}", path.display()))
 }
+
+/// A pod `name` with restartPolicy `policy` whose container writes a termination message and
+/// exits `code` after half a second.
+pub fn one_shot(name: &str, policy: &str, code: i32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  restartPolicy: {policy}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [sh, -c, "sleep 0.5; echo bye > /dev/termination-log; exit {code}"]
+"#
+    )
+}

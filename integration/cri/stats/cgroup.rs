@@ -1,4 +1,5 @@
-//! Stats and metrics with real runc containers: ContainerStats and PodSandboxStats against the cgroup files, filters, metrics, `/metrics`.
+//! ContainerStats, PodSandboxStats and their list calls (with filters) against the cgroup
+//! files read around each answer, and the same figures in `/metrics`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -8,58 +9,22 @@ use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cgroup;
 use crate::support::cri::{self, Rt, NEEDS};
-use crate::support::{block_on, images_manifest, trial, wait_until, Daemon, Need, Registry};
+use crate::support::stats::{between, container_stats, sample, scrape, v};
+use crate::support::{block_on, trial, wait_until, Daemon};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
-    vec![
-        trial(
-            "cri::stats::container_and_pod_stats_equal_the_cgroup_files",
-            NEEDS,
-            stats_equal_cgroup_files,
-        ),
-        trial(
-            "cri::stats::metrics_count_pulled_layer_bytes",
-            &[Need::Root, Need::Registry, Need::Images],
-            pulled_bytes,
-        ),
-        trial(
-            "cri::stats::list_container_stats_with_100_containers",
-            NEEDS,
-            hundred_containers,
-        ),
-    ]
+    vec![trial(
+        "cri::stats::container_and_pod_stats_equal_the_cgroup_files",
+        NEEDS,
+        stats_equal_cgroup_files,
+    )]
 }
 
 /// Bytes the memory container keeps in its tmpfs (the pod's 64 MiB /dev/shm).
 const SHM_BYTES: u64 = 48 << 20;
+
 /// Slack between a cgroup file read by the test and the daemon's reading of it.
 const MEM_SLACK: u64 = 2 << 20;
-
-/// Checks that `got` lies within the readings taken just before and after it, give or take
-/// `slack`.
-fn between(what: &str, got: u64, before: u64, after: u64, slack: u64) -> Result<()> {
-    let (lo, hi) = (before.min(after), before.max(after));
-    ensure!(
-        got + slack >= lo && got <= hi + slack,
-        "{what}: daemon says {got}, the files said {before} then {after} (slack {slack})"
-    );
-    Ok(())
-}
-
-fn v(x: &Option<pb::UInt64Value>) -> Option<u64> {
-    x.as_ref().map(|v| v.value)
-}
-
-async fn container_stats(rt: &mut Rt, id: &str) -> Result<pb::ContainerStats> {
-    rt.container_stats(pb::ContainerStatsRequest {
-        container_id: id.into(),
-    })
-    .await
-    .with_context(|| format!("ContainerStats {id}"))?
-    .into_inner()
-    .stats
-    .context("ContainerStats without stats")
-}
 
 async fn pod_stats(rt: &mut Rt, id: &str) -> Result<pb::PodSandboxStats> {
     rt.pod_sandbox_stats(pb::PodSandboxStatsRequest {
@@ -86,30 +51,6 @@ async fn list_ids(rt: &mut Rt, filter: pb::ContainerStatsFilter) -> Result<Vec<S
         .collect();
     ids.sort();
     Ok(ids)
-}
-
-/// `GET /metrics` on the address the daemon recorded in its state dir.
-fn scrape(d: &Daemon) -> Result<String> {
-    use std::io::{Read, Write};
-    let file = d.state().join("metrics.address");
-    let addr =
-        std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
-    let mut s = std::net::TcpStream::connect(addr.trim())
-        .with_context(|| format!("connect {}", addr.trim()))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bosun\r\nConnection: close\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    ensure!(out.starts_with("HTTP/1.1 200"), "GET /metrics: {out}");
-    Ok(out)
-}
-
-/// The value of the sample line starting with `prefix` (labels included).
-fn sample(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
 }
 
 fn stats_equal_cgroup_files() -> Result<()> {
@@ -549,154 +490,4 @@ async fn run(d: &Daemon, busybox: &str) -> Result<()> {
     // drop would scrub it too.
     cgroup::remove_pod_parent(&pod_cgroup);
     cri::assert_clean(d)
-}
-
-/// ListContainerStats over 100 running containers (10 pods × 10), timed; and the cost of
-/// walking a writable layer of 10 000 files against the cached answer.
-fn hundred_containers() -> Result<()> {
-    let d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    cri::with_log(&d, block_on(hundred(&d, &busybox)))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-async fn hundred(d: &Daemon, busybox: &str) -> Result<()> {
-    let mut rt = cri::client(d).await?;
-    let mut pods = Vec::new();
-    let mut first = String::new();
-    for p in 0..10 {
-        let pod = cri::run_pod(&mut rt, cri::pod_config(d, &format!("many{p}"))).await?;
-        for c in 0..10 {
-            let cfg = cri::sh_config(&pod, &format!("c{c}"), busybox, "exec sleep 100000");
-            let id = cri::create_start(&mut rt, &pod, &cfg).await?;
-            if first.is_empty() {
-                first = id;
-            }
-        }
-        pods.push(pod);
-    }
-    let list = |rt: &mut Rt| {
-        let mut rt = rt.clone();
-        async move {
-            let t = Instant::now();
-            let stats = rt
-                .list_container_stats(pb::ListContainerStatsRequest { filter: None })
-                .await?
-                .into_inner()
-                .stats;
-            Ok::<_, anyhow::Error>((t.elapsed(), stats))
-        }
-    };
-    let (_, stats) = list(&mut rt).await?;
-    ensure!(stats.len() == 100, "{} containers listed", stats.len());
-    for s in &stats {
-        ensure!(
-            s.cpu.is_some() && s.memory.is_some() && s.writable_layer.is_some(),
-            "incomplete stats: {s:?}"
-        );
-    }
-    let mut times = Vec::new();
-    for _ in 0..50 {
-        times.push(list(&mut rt).await?.0);
-    }
-    times.sort();
-    let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
-    eprintln!("ListContainerStats, 100 running containers, 50 calls: p50 {p50:?} p99 {p99:?} (layers cached for {:?})", bosun::runtime::stats::LAYER_TTL);
-    ensure!(
-        p99 < crate::support::scaled(Duration::from_secs(2)),
-        "ListContainerStats p99 {p99:?}"
-    );
-
-    // The walk: 10 000 files in one writable layer, measured after the cache expired and
-    // again while it holds.
-    let r = cri::exec(
-        &mut rt,
-        &first,
-        &[
-            "sh",
-            "-c",
-            "mkdir /many && cd /many && seq 1 10000 | xargs touch",
-        ],
-        60,
-    )
-    .await?;
-    ensure!(
-        r.exit_code == 0,
-        "touch: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    let mut walked = Vec::new();
-    let mut cached = Vec::new();
-    for _ in 0..5 {
-        tokio::time::sleep(bosun::runtime::stats::LAYER_TTL + Duration::from_millis(100)).await;
-        let t = Instant::now();
-        let s = container_stats(&mut rt, &first).await?;
-        walked.push(t.elapsed());
-        let inodes = s
-            .writable_layer
-            .as_ref()
-            .and_then(|l| v(&l.inodes_used))
-            .unwrap_or(0);
-        ensure!(inodes > 10_000, "{inodes} inodes after 10 000 files");
-        let t = Instant::now();
-        container_stats(&mut rt, &first).await?;
-        cached.push(t.elapsed());
-    }
-    walked.sort();
-    cached.sort();
-    eprintln!(
-        "ContainerStats with a 10 000-file writable layer: walked {:?} (median), cached {:?} (median)",
-        walked[2], cached[2]
-    );
-    for pod in &pods {
-        cri::remove_pod(&mut rt, &pod.id).await?;
-    }
-    cri::assert_clean(d)
-}
-
-/// A pull from a registry counts exactly its layers' bytes in `bosun_image_pull_bytes_total`;
-/// a second pull of the same image downloads (and counts) nothing.
-fn pulled_bytes() -> Result<()> {
-    let reg = Registry::start(false)?;
-    reg.push(&["busybox"])?;
-    let d = Daemon::start("metrics_address = \"127.0.0.1:0\"\n")?;
-    let layers: u64 = images_manifest()["busybox"]["layers"]
-        .as_array()
-        .context("no busybox layers in the test image manifest")?
-        .iter()
-        .filter_map(|l| l["size"].as_u64())
-        .sum();
-    ensure!(layers > 0, "busybox has no layer bytes");
-    block_on(async {
-        let mut c = d.images().await?;
-        for _ in 0..2 {
-            c.pull_image(pb::PullImageRequest {
-                image: Some(pb::ImageSpec {
-                    image: reg.image("busybox"),
-                    ..Default::default()
-                }),
-                auth: None,
-                sandbox_config: None,
-            })
-            .await
-            .context("PullImage")?;
-        }
-        Ok::<_, anyhow::Error>(())
-    })?;
-    let text = scrape(&d)?;
-    let got = sample(&text, "bosun_image_pull_bytes_total");
-    ensure!(
-        got == Some(layers as f64),
-        "bosun_image_pull_bytes_total {got:?}, want {layers}:\n{text}"
-    );
-    let pulls = "bosun_cri_requests_total{service=\"runtime.v1.ImageService\",method=\"PullImage\",code=\"OK\"}";
-    ensure!(
-        sample(&text, pulls) == Some(2.0),
-        "{pulls} is not 2 in\n{text}"
-    );
-    Ok(())
 }
