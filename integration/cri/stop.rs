@@ -9,7 +9,7 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, Pod, Rt, NEEDS};
-use crate::support::{block_on, scaled, trial, Daemon};
+use crate::support::{scaled, trial, wait_until, Scenario, Scene};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -62,57 +62,45 @@ const TERM_HONOURING: &str = "trap 'echo got-term; exit 0' TERM; echo ready; \
 /// Ignores SIGTERM: only SIGKILL ends it.
 const TERM_IGNORING: &str = "trap '' TERM; echo ready; while :; do sleep 0.1; done";
 
-/// A daemon with busybox imported and one pod (its pid namespace shared when `share_pid`):
-/// runs `f(daemon, client, pod, busybox reference)`, removes the pod and checks nothing is
-/// left.
+/// A scenario with one pod (its pid namespace shared when `share_pid`): runs `f(scene, pod,
+/// busybox reference)`.
 fn with_pod(
     name: &str,
     share_pid: bool,
-    f: impl AsyncFnOnce(&Daemon, &mut Rt, &Pod, &str) -> Result<()>,
+    f: impl AsyncFnOnce(&Scene, &Pod, &str) -> Result<()>,
 ) -> Result<()> {
-    let d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let mut cfg = cri::pod_config(&d, name);
-            if share_pid {
-                cri::share_pid(&mut cfg);
-            }
-            let pod = cri::run_pod(&mut rt, cfg).await?;
-            f(&d, &mut rt, &pod, &busybox).await?;
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().run(async |s| {
+        let mut cfg = s.pod_config(name);
+        if share_pid {
+            cfg = cfg.share_pid();
+        }
+        let pod = s.pod(cfg).await?;
+        f(s, &pod, &s.image("busybox")).await
+    })
 }
 
 /// Creates and starts `sh -c script` and waits until it printed `ready`.
-async fn started(rt: &mut Rt, pod: &Pod, name: &str, image: &str, script: &str) -> Result<String> {
-    let c = cri::sh_config(pod, name, image, script);
-    let id = cri::create_start(rt, pod, &c).await?;
-    cri::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
-    Ok(id)
+async fn started(s: &Scene, pod: &Pod, name: &str, image: &str, script: &str) -> Result<String> {
+    s.ready(pod, &pod.container(name, image).sh(script)).await
 }
 
 fn term_honoured() -> Result<()> {
-    with_pod("stop-fast", false, async |_d, rt, pod, img| {
-        let id = started(rt, pod, "fast", img, TERM_HONOURING).await?;
-        let took = cri::stop(rt, &id, 30).await?;
+    with_pod("stop-fast", false, async |s, pod, img| {
+        let id = started(s, pod, "fast", img, TERM_HONOURING).await?;
+        let took = s.stop(&id, 30).await?;
         eprintln!("StopContainer(30) of a TERM-honouring container: {took:?}");
         // Upper bounds here are scaled: the VM lane's TCG is several times slower.
         ensure!(
             took < scaled(Duration::from_secs(3)),
             "a TERM-honouring container took {took:?} to stop"
         );
-        let s = cri::status(rt, &id).await?;
-        cri::check_exit(&s, 0, "Completed")?;
+        let st = s.status(&id).await?;
+        cri::check_exit(&st, 0, "Completed")?;
         let log = cri::lines_of(&cri::read_log(&pod.log_dir().join("fast.log"))?, "stdout");
         ensure!(log.iter().any(|l| l == "got-term"), "{log:?}");
         // Idempotent: stopped, unknown, removed.
-        let took = cri::stop(rt, &id, 30)
+        let took = s
+            .stop(&id, 30)
             .await
             .context("stop of a stopped container")?;
         ensure!(
@@ -120,20 +108,20 @@ fn term_honoured() -> Result<()> {
             "stopping a stopped container took {took:?}"
         );
         ensure!(
-            cri::status(rt, &id).await? == s,
+            s.status(&id).await? == st,
             "a second stop changed the status"
         );
-        cri::stop(rt, "0123456789abcdef0123456789abcdef", 30)
+        s.stop("0123456789abcdef0123456789abcdef", 30)
             .await
             .context("stop of an unknown container")?;
-        cri::remove(rt, &id).await?;
-        cri::stop(rt, &id, 30)
+        s.remove(&id).await?;
+        s.stop(&id, 30)
             .await
             .context("stop of a removed container")?;
         // RemoveContainer of a running container kills it.
-        let running = started(rt, pod, "removed-running", img, TERM_IGNORING).await?;
+        let running = started(s, pod, "removed-running", img, TERM_IGNORING).await?;
         let t = Instant::now();
-        cri::remove(rt, &running).await?;
+        s.remove(&running).await?;
         eprintln!("RemoveContainer of a running container: {:?}", t.elapsed());
         ensure!(
             t.elapsed() < scaled(Duration::from_secs(3)),
@@ -141,11 +129,11 @@ fn term_honoured() -> Result<()> {
             t.elapsed()
         );
         ensure!(
-            crate::support::wait_until(5, || cri::monitors_of(&running).is_empty()),
+            wait_until(5, || cri::monitors_of(&running).is_empty()),
             "the removed container's monitor is still there"
         );
         ensure!(
-            cri::list_containers(rt, None)
+            s.list_containers(None)
                 .await?
                 .iter()
                 .all(|c| c.id != running),
@@ -153,93 +141,89 @@ fn term_honoured() -> Result<()> {
         );
         // A created (never started) container: stop succeeds, it can be removed.
         let c = cri::sh_config(pod, "created", img, "exit 0");
-        let created = cri::create(rt, pod, &c).await?;
-        cri::stop(rt, &created, 10)
+        let created = s.create(pod, &c).await?;
+        s.stop(&created, 10)
             .await
             .context("stop of a created container")?;
-        cri::remove(rt, &created).await?;
+        s.remove(&created).await?;
         Ok(())
     })
 }
 
 fn term_ignored() -> Result<()> {
-    with_pod("stop-deadline", false, async |_d, rt, pod, img| {
-        let id = started(rt, pod, "stubborn", img, TERM_IGNORING).await?;
-        let took = cri::stop(rt, &id, 2).await?;
+    with_pod("stop-deadline", false, async |s, pod, img| {
+        let id = started(s, pod, "stubborn", img, TERM_IGNORING).await?;
+        let took = s.stop(&id, 2).await?;
         eprintln!("StopContainer(2) of a TERM-ignoring container: {took:?}");
         ensure!(
             took >= Duration::from_millis(1900) && took < Duration::from_secs(4),
             "StopContainer(2) returned after {took:?}, want [1.9 s, 4 s)"
         );
-        let s = cri::status(rt, &id).await?;
-        cri::check_exit(&s, 137, "Error")?;
+        let st = s.status(&id).await?;
+        cri::check_exit(&st, 137, "Error")?;
         Ok(())
     })
 }
 
 fn stop_signals() -> Result<()> {
-    let d = cri::daemon()?;
-    let image = cri::import(&d, "stopsignal")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "stop-signals")).await?;
-            // The image's own command: `trap 'echo got-usr1; exit 0' USR1; while …`, STOPSIGNAL
-            // SIGUSR1. Nothing traps TERM: a SIGTERM would leave it to the KILL (137).
-            let c = cri::container_config(&pod, "image-signal", &image);
-            let id = cri::create_start(&mut rt, &pod, &c).await?;
-            let s = cri::wait_state(&mut rt, &id, pb::ContainerState::ContainerRunning, 10).await?;
-            ensure!(s.started_at > 0);
-            ensure!(
-                s.stop_signal == pb::Signal::Sigusr1 as i32,
-                "ContainerStatus.stop_signal {} (want the image's SIGUSR1)",
-                s.stop_signal
-            );
-            // The trap must be installed before the signal comes.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let took = cri::stop(&mut rt, &id, 10).await?;
-            eprintln!("stop with the image's STOPSIGNAL: {took:?}");
-            let s = cri::status(&mut rt, &id).await?;
-            let out = cri::lines_of(&cri::read_log(&pod.log_of(&c))?, "stdout");
-            cri::check_exit(&s, 0, "Completed").with_context(|| format!("log {out:?}"))?;
-            ensure!(out == ["got-usr1"], "{out:?}");
-            ensure!(took < Duration::from_secs(3), "took {took:?}");
+    Scenario::new().image("stopsignal").run(async |s| {
+        let image = s.image("stopsignal");
+        let pod = s.pod(s.pod_config("stop-signals")).await?;
+        // The image's own command: `trap 'echo got-usr1; exit 0' USR1; while …`, STOPSIGNAL
+        // SIGUSR1. Nothing traps TERM: a SIGTERM would leave it to the KILL (137).
+        let c = cri::container_config(&pod, "image-signal", &image);
+        let id = s.create_start(&pod, &c).await?;
+        let stat = s
+            .wait_state(&id, pb::ContainerState::ContainerRunning, 10)
+            .await?;
+        ensure!(stat.started_at > 0);
+        ensure!(
+            stat.stop_signal == pb::Signal::Sigusr1 as i32,
+            "ContainerStatus.stop_signal {} (want the image's SIGUSR1)",
+            stat.stop_signal
+        );
+        // The trap must be installed before the signal comes.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let took = s.stop(&id, 10).await?;
+        eprintln!("stop with the image's STOPSIGNAL: {took:?}");
+        let stat = s.status(&id).await?;
+        let out = cri::lines_of(&cri::read_log(&pod.log_of(&c))?, "stdout");
+        cri::check_exit(&stat, 0, "Completed").with_context(|| format!("log {out:?}"))?;
+        ensure!(out == ["got-usr1"], "{out:?}");
+        ensure!(took < Duration::from_secs(3), "took {took:?}");
 
-            // CRI stop_signal SIGTERM overrides the image's SIGUSR1.
-            let script = "trap 'echo got-usr1; exit 0' USR1; trap 'echo got-term; exit 7' TERM; \
+        // CRI stop_signal SIGTERM overrides the image's SIGUSR1.
+        let script = "trap 'echo got-usr1; exit 0' USR1; trap 'echo got-term; exit 7' TERM; \
             echo ready; while :; do sleep 0.1; done";
-            let mut c = cri::sh_config(&pod, "cri-signal", &image, script);
-            c.stop_signal = pb::Signal::Sigterm as i32;
-            let id = cri::create_start(&mut rt, &pod, &c).await?;
-            cri::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
-            let st = cri::status(&mut rt, &id).await?;
-            ensure!(
-                st.stop_signal == pb::Signal::Sigterm as i32,
-                "ContainerStatus.stop_signal {} (want SIGTERM)",
-                st.stop_signal
-            );
-            let took = cri::stop(&mut rt, &id, 10).await?;
-            eprintln!("stop with the CRI stop_signal: {took:?}");
-            let s = cri::status(&mut rt, &id).await?;
-            let out = cri::lines_of(&cri::read_log(&pod.log_of(&c))?, "stdout");
-            cri::check_exit(&s, 7, "Error").with_context(|| format!("log {out:?}"))?;
-            ensure!(out == ["ready", "got-term"], "{out:?}");
+        let mut c = cri::sh_config(&pod, "cri-signal", &image, script);
+        c.stop_signal = pb::Signal::Sigterm as i32;
+        let id = s.create_start(&pod, &c).await?;
+        cri::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
+        let st = s.status(&id).await?;
+        ensure!(
+            st.stop_signal == pb::Signal::Sigterm as i32,
+            "ContainerStatus.stop_signal {} (want SIGTERM)",
+            st.stop_signal
+        );
+        let took = s.stop(&id, 10).await?;
+        eprintln!("stop with the CRI stop_signal: {took:?}");
+        let stat = s.status(&id).await?;
+        let out = cri::lines_of(&cri::read_log(&pod.log_of(&c))?, "stdout");
+        cri::check_exit(&stat, 7, "Error").with_context(|| format!("log {out:?}"))?;
+        ensure!(out == ["ready", "got-term"], "{out:?}");
 
-            // Same command without the override: the image's SIGUSR1.
-            let c = cri::sh_config(&pod, "same-script-image-signal", &image, script);
-            let id = cri::create_start(&mut rt, &pod, &c).await?;
-            cri::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
-            cri::stop(&mut rt, &id, 10).await?;
-            let s = cri::status(&mut rt, &id).await?;
-            let out = cri::lines_of(&cri::read_log(&pod.log_of(&c))?, "stdout");
-            cri::check_exit(&s, 0, "Completed").with_context(|| format!("log {out:?}"))?;
-            ensure!(out == ["ready", "got-usr1"], "{out:?}");
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        // Same command without the override: the image's SIGUSR1.
+        let c = cri::sh_config(&pod, "same-script-image-signal", &image, script);
+        let id = s.create_start(&pod, &c).await?;
+        cri::wait_log(&pod.log_of(&c), 10, |l| l.iter().any(|x| x == "ready")).await?;
+        s.stop(&id, 10).await?;
+        let stat = s.status(&id).await?;
+        let out = cri::lines_of(&cri::read_log(&pod.log_of(&c))?, "stdout");
+        cri::check_exit(&stat, 0, "Completed").with_context(|| format!("log {out:?}"))?;
+        ensure!(out == ["ready", "got-usr1"], "{out:?}");
+        s.remove_pod(&pod).await?;
+        Ok(())
+    })
 }
 
 /// StopContainer(`timeout`) on a clone of `rt` in a task; yields the call's duration.
@@ -254,13 +238,13 @@ fn stop_in_background(
 }
 
 fn shorter_second_stop() -> Result<()> {
-    with_pod("stop-shorter", false, async |_d, rt, pod, img| {
-        let id = started(rt, pod, "stubborn", img, TERM_IGNORING).await?;
+    with_pod("stop-shorter", false, async |s, pod, img| {
+        let id = started(s, pod, "stubborn", img, TERM_IGNORING).await?;
         let t0 = Instant::now();
-        let first = stop_in_background(rt, &id, 30);
+        let first = stop_in_background(&s.rt, &id, 30);
         tokio::time::sleep(Duration::from_millis(300)).await;
         ensure!(!first.is_finished(), "StopContainer(30) returned at once");
-        let second = cri::stop(rt, &id, 1).await?;
+        let second = s.stop(&id, 1).await?;
         let first = first.await??;
         let total = t0.elapsed();
         eprintln!("stop(30) then stop(1) 0.3 s later: second {second:?}, first {first:?}");
@@ -272,17 +256,17 @@ fn shorter_second_stop() -> Result<()> {
             first < Duration::from_secs(4) && total < Duration::from_secs(5),
             "the first stop(30) took {first:?}: the shorter deadline did not win"
         );
-        cri::check_exit(&cri::status(rt, &id).await?, 137, "Error")?;
+        cri::check_exit(&s.status(&id).await?, 137, "Error")?;
         Ok(())
     })
 }
 
 fn longer_second_stop() -> Result<()> {
-    with_pod("stop-longer", false, async |_d, rt, pod, img| {
-        let id = started(rt, pod, "stubborn", img, TERM_IGNORING).await?;
-        let first = stop_in_background(rt, &id, 2);
+    with_pod("stop-longer", false, async |s, pod, img| {
+        let id = started(s, pod, "stubborn", img, TERM_IGNORING).await?;
+        let first = stop_in_background(&s.rt, &id, 2);
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let second = cri::stop(rt, &id, 30).await?;
+        let second = s.stop(&id, 30).await?;
         let first = first.await??;
         eprintln!("stop(2) then stop(30) 0.3 s later: first {first:?}, second {second:?}");
         ensure!(
@@ -293,18 +277,18 @@ fn longer_second_stop() -> Result<()> {
             second < Duration::from_millis(3700),
             "the second stop(30) took {second:?}: it extended the deadline"
         );
-        cri::check_exit(&cri::status(rt, &id).await?, 137, "Error")?;
+        cri::check_exit(&s.status(&id).await?, 137, "Error")?;
         Ok(())
     })
 }
 
 fn cancelled_stop() -> Result<()> {
-    with_pod("stop-cancelled", false, async |_d, rt, pod, img| {
-        let id = started(rt, pod, "stubborn", img, TERM_IGNORING).await?;
+    with_pod("stop-cancelled", false, async |s, pod, img| {
+        let id = started(s, pod, "stubborn", img, TERM_IGNORING).await?;
         let t0 = Instant::now();
         let wall0 = cri::now_ns();
         // The client gives up after 0.5 s (a kubelet restart mid-grace): the call is dropped.
-        let mut c = rt.clone();
+        let mut c = s.rt.clone();
         let cancelled = tokio::time::timeout(
             Duration::from_millis(500),
             c.stop_container(pb::StopContainerRequest {
@@ -319,16 +303,16 @@ fn cancelled_stop() -> Result<()> {
         );
         drop(c);
         tokio::time::sleep(Duration::from_millis(1500).saturating_sub(t0.elapsed())).await;
-        let s = cri::status(rt, &id).await?;
+        let st = s.status(&id).await?;
         ensure!(
-            cri::state_of(&s) == pb::ContainerState::ContainerRunning,
-            "killed early after the cancelled stop (at {:?}): {s:?}",
+            cri::state_of(&st) == pb::ContainerState::ContainerRunning,
+            "killed early after the cancelled stop (at {:?}): {st:?}",
             t0.elapsed()
         );
-        let s = cri::wait_exited(rt, &id, 10).await?;
-        let after = cri::secs(s.finished_at - wall0);
+        let st = s.wait_exited(&id, 10).await?;
+        let after = cri::secs(st.finished_at - wall0);
         eprintln!("cancelled stop(3): exited {after:.3} s after the call");
-        cri::check_exit(&s, 137, "Error")?;
+        cri::check_exit(&st, 137, "Error")?;
         ensure!(
             (2.8..5.0).contains(&after),
             "exited {after:.3} s after the cancelled stop(3), want [2.8 s, 5 s)"
@@ -338,18 +322,18 @@ fn cancelled_stop() -> Result<()> {
 }
 
 fn timeout_zero() -> Result<()> {
-    with_pod("stop-zero", false, async |_d, rt, pod, img| {
+    with_pod("stop-zero", false, async |s, pod, img| {
         for (name, timeout) in [("zero", 0), ("negative", -5)] {
-            let id = started(rt, pod, name, img, TERM_HONOURING).await?;
-            let took = cri::stop(rt, &id, timeout).await?;
+            let id = started(s, pod, name, img, TERM_HONOURING).await?;
+            let took = s.stop(&id, timeout).await?;
             eprintln!("StopContainer({timeout}): {took:?}");
             ensure!(
                 took < Duration::from_millis(1500),
                 "stop({timeout}) took {took:?}"
             );
-            let s = cri::status(rt, &id).await?;
+            let st = s.status(&id).await?;
             // SIGKILL without the stop signal first: the TERM trap never ran.
-            cri::check_exit(&s, 137, "Error").with_context(|| format!("stop({timeout})"))?;
+            cri::check_exit(&st, 137, "Error").with_context(|| format!("stop({timeout})"))?;
             let out = cri::lines_of(
                 &cri::read_log(&pod.log_dir().join(format!("{name}.log")))?,
                 "stdout",
@@ -366,13 +350,13 @@ fn timeout_zero() -> Result<()> {
 fn exec_processes_die() -> Result<()> {
     // A shared pid namespace: the exec'd process does not die with the container's PID 1 by
     // itself; the runtime has to kill it.
-    with_pod("stop-exec", true, async |d, rt, pod, img| {
+    with_pod("stop-exec", true, async |s, pod, img| {
         // The container also leaves a background child behind when its shell exits.
         let bg = format!("{}", 910_000 + std::process::id() % 90_000);
         let script = format!("sleep {bg} & {TERM_HONOURING}");
-        let id = started(rt, pod, "with-exec", img, &script).await?;
+        let id = started(s, pod, "with-exec", img, &script).await?;
         let secs = format!("{}", 900_000 + std::process::id() % 90_000);
-        let mut c = rt.clone();
+        let mut c = s.rt.clone();
         let (cid, arg) = (id.clone(), secs.clone());
         let exec = tokio::spawn(async move {
             let t = Instant::now();
@@ -391,11 +375,11 @@ fn exec_processes_die() -> Result<()> {
         ensure!(
             seen,
             "the exec'd sleep never showed up; daemon log:\n{}",
-            d.log()
+            s.daemon.log()
         );
-        let took = cri::stop(rt, &id, 10).await?;
+        let took = s.stop(&id, 10).await?;
         eprintln!("stop with an exec'd process: {took:?}");
-        cri::check_exit(&cri::status(rt, &id).await?, 0, "Completed")?;
+        cri::check_exit(&s.status(&id).await?, 0, "Completed")?;
         let (r, exec_took) = tokio::time::timeout(Duration::from_secs(10), exec)
             .await
             .context("ExecSync still running 10 s after the container stopped")??;
@@ -403,14 +387,14 @@ fn exec_processes_die() -> Result<()> {
             "ExecSync after the stop: {:?} after {exec_took:?}",
             r.as_ref().map(|o| o.exit_code)
         );
-        let gone = crate::support::wait_until(5, || cri::processes_with_argv(&argv).is_empty());
+        let gone = wait_until(5, || cri::processes_with_argv(&argv).is_empty());
         ensure!(
             gone,
             "exec'd process outlived its container: {:?}",
             cri::processes_with_argv(&argv)
         );
         let bg_argv = ["sleep", bg.as_str()];
-        let gone = crate::support::wait_until(5, || cri::processes_with_argv(&bg_argv).is_empty());
+        let gone = wait_until(5, || cri::processes_with_argv(&bg_argv).is_empty());
         ensure!(
             gone,
             "the container's background process outlived it: {:?}",
