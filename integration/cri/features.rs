@@ -8,6 +8,7 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, Pod, Rt, NEEDS};
+use crate::support::Scenario;
 use crate::support::{block_on, runc_bin, trial, Daemon, TmpfsBelow};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -215,77 +216,73 @@ fn staged_checks(d: &Daemon) -> Result<()> {
 }
 
 fn groups() -> Result<()> {
-    let d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let st = rt
-                .status(pb::StatusRequest { verbose: false })
-                .await?
-                .into_inner();
+    Scenario::new().run(async |s| {
+        let d = &s.daemon;
+        let busybox = s.image("busybox");
+        let mut rt = s.rt.clone();
+        let st = rt
+            .status(pb::StatusRequest { verbose: false })
+            .await?
+            .into_inner();
+        ensure!(
+            st.features.is_some_and(|f| f.supplemental_groups_policy),
+            "Status does not report supplemental groups policies"
+        );
+        let pod = cri::run_pod(&mut rt, cri::pod_config(d, "groups")).await?;
+        // The image's app (1000) is a member of audio (29) in its /etc/group.
+        for (name, policy, want) in [
+            (
+                "merge",
+                pb::SupplementalGroupsPolicy::Merge,
+                vec![1000, 29, 1234],
+            ),
+            (
+                "strict",
+                pb::SupplementalGroupsPolicy::Strict,
+                vec![1000, 1234],
+            ),
+        ] {
+            let mut c = cri::sh_config(&pod, name, &busybox, "id -G; exec sleep 600");
+            let sc = cri::security(&mut c);
+            sc.run_as_user = Some(pb::Int64Value { value: 1000 });
+            sc.supplemental_groups = vec![1234];
+            sc.supplemental_groups_policy = policy as i32;
+            let id = cri::create_start(&mut rt, &pod, &c).await?;
+            let log = cri::wait_log(&pod.log_of(&c), 10, |l| !l.is_empty()).await?;
+            let first = cri::lines_of(&log, "stdout");
+            let parse = |s: &str| -> Vec<i64> {
+                s.split_whitespace()
+                    .filter_map(|g| g.parse().ok())
+                    .collect()
+            };
+            let mut sorted = want.clone();
+            sorted.sort_unstable();
+            let mut seen = parse(&first[0]);
+            seen.sort_unstable();
             ensure!(
-                st.features.is_some_and(|f| f.supplemental_groups_policy),
-                "Status does not report supplemental groups policies"
+                seen == sorted,
+                "{name}: first process `id -G`: {first:?}, want {want:?}"
             );
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "groups")).await?;
-            // The image's app (1000) is a member of audio (29) in its /etc/group.
-            for (name, policy, want) in [
-                (
-                    "merge",
-                    pb::SupplementalGroupsPolicy::Merge,
-                    vec![1000, 29, 1234],
-                ),
-                (
-                    "strict",
-                    pb::SupplementalGroupsPolicy::Strict,
-                    vec![1000, 1234],
-                ),
-            ] {
-                let mut c = cri::sh_config(&pod, name, &busybox, "id -G; exec sleep 600");
-                let sc = cri::security(&mut c);
-                sc.run_as_user = Some(pb::Int64Value { value: 1000 });
-                sc.supplemental_groups = vec![1234];
-                sc.supplemental_groups_policy = policy as i32;
-                let id = cri::create_start(&mut rt, &pod, &c).await?;
-                let log = cri::wait_log(&pod.log_of(&c), 10, |l| !l.is_empty()).await?;
-                let first = cri::lines_of(&log, "stdout");
-                let parse = |s: &str| -> Vec<i64> {
-                    s.split_whitespace()
-                        .filter_map(|g| g.parse().ok())
-                        .collect()
-                };
-                let mut sorted = want.clone();
-                sorted.sort_unstable();
-                let mut seen = parse(&first[0]);
-                seen.sort_unstable();
-                ensure!(
-                    seen == sorted,
-                    "{name}: first process `id -G`: {first:?}, want {want:?}"
-                );
-                let r = cri::exec(&mut rt, &id, &["id", "-G"], 10).await?;
-                let mut exec = parse(&String::from_utf8_lossy(&r.stdout));
-                exec.sort_unstable();
-                ensure!(
-                    exec == sorted,
-                    "{name}: exec'd `id -G`: {exec:?}, want {sorted:?}"
-                );
-                let s = cri::status(&mut rt, &id).await?;
-                let user = s
-                    .user
-                    .and_then(|u| u.linux)
-                    .context("no ContainerStatus.user")?;
-                let mut reported = user.supplemental_groups.clone();
-                reported.sort_unstable();
-                ensure!(
-                    (user.uid, user.gid, reported.clone()) == (1000, 1000, sorted.clone()),
-                    "{name}: ContainerStatus.user {user:?}, the process runs with {sorted:?}"
-                );
-            }
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+            let r = cri::exec(&mut rt, &id, &["id", "-G"], 10).await?;
+            let mut exec = parse(&String::from_utf8_lossy(&r.stdout));
+            exec.sort_unstable();
+            ensure!(
+                exec == sorted,
+                "{name}: exec'd `id -G`: {exec:?}, want {sorted:?}"
+            );
+            let s = cri::status(&mut rt, &id).await?;
+            let user = s
+                .user
+                .and_then(|u| u.linux)
+                .context("no ContainerStatus.user")?;
+            let mut reported = user.supplemental_groups.clone();
+            reported.sort_unstable();
+            ensure!(
+                (user.uid, user.gid, reported.clone()) == (1000, 1000, sorted.clone()),
+                "{name}: ContainerStatus.user {user:?}, the process runs with {sorted:?}"
+            );
+        }
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        Ok(())
+    })
 }

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 
-use crate::support::cri::{self, NEEDS};
+use crate::support::cri::NEEDS;
 use crate::support::pods::{self, BUSYBOX};
+use crate::support::Scenario;
 use crate::support::{scaled, trial, Daemon};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -99,128 +100,133 @@ fn delete_timed(d: &Daemon, name: &str, extra: &[&str]) -> Result<Duration> {
 
 /// preStop runs to its end before the container sees the stop signal.
 fn pre_stop_first() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    let m = d.dir().join("markers");
-    std::fs::create_dir_all(&m)?;
-    let yaml = stubborn(
-        "prestop",
-        10,
-        Some("sleep 1; read up rest < /proc/uptime; echo prestop $up >> /m/log"),
-        Some(&m.to_string_lossy()),
-    );
-    start(&d, &yaml, "prestop")?;
-    let took = delete_timed(&d, "prestop", &[])?;
-    println!("deleted in {took:.2?}");
-    let log = m.join("log");
-    let pre = pods::marker(&log, "prestop")?;
-    let term = pods::marker(&log, "term")?;
-    ensure!(
-        pre <= term,
-        "TERM ({term}) came before preStop ended ({pre})"
-    );
-    // The trap does not exit: the container is killed at the deadline (10 s).
-    ensure!(took > Duration::from_secs(8), "gone after {took:?}");
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        let m = d.dir().join("markers");
+        std::fs::create_dir_all(&m)?;
+        let yaml = stubborn(
+            "prestop",
+            10,
+            Some("sleep 1; read up rest < /proc/uptime; echo prestop $up >> /m/log"),
+            Some(&m.to_string_lossy()),
+        );
+        start(d, &yaml, "prestop")?;
+        let took = delete_timed(d, "prestop", &[])?;
+        println!("deleted in {took:.2?}");
+        let log = m.join("log");
+        let pre = pods::marker(&log, "prestop")?;
+        let term = pods::marker(&log, "term")?;
+        ensure!(
+            pre <= term,
+            "TERM ({term}) came before preStop ended ({pre})"
+        );
+        // The trap does not exit: the container is killed at the deadline (10 s).
+        ensure!(took > Duration::from_secs(8), "gone after {took:?}");
+        Ok(())
+    })
 }
 
 /// preStop still running when the grace (2 s) ends: 2 s more, then KILL: about 4 s in all.
 fn pre_stop_overrun() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    start(
-        &d,
-        &stubborn("overrun", 2, Some("sleep 30"), None),
-        "overrun",
-    )?;
-    let took = delete_timed(&d, "overrun", &[])?;
-    println!("deleted in {took:.2?} (grace 2 s + 2 s)");
-    ensure!(
-        // Under the preStop's 30 s whatever the lane's speed.
-        took > Duration::from_millis(3500)
-            && took < scaled(Duration::from_secs(8)).min(Duration::from_secs(25)),
-        "gone after {took:?}, want ~4 s"
-    );
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        start(
+            d,
+            &stubborn("overrun", 2, Some("sleep 30"), None),
+            "overrun",
+        )?;
+        let took = delete_timed(d, "overrun", &[])?;
+        println!("deleted in {took:.2?} (grace 2 s + 2 s)");
+        ensure!(
+            // Under the preStop's 30 s whatever the lane's speed.
+            took > Duration::from_millis(3500)
+                && took < scaled(Duration::from_secs(8)).min(Duration::from_secs(25)),
+            "gone after {took:?}, want ~4 s"
+        );
+        Ok(())
+    })
 }
 
 /// No preStop, TERM ignored: KILL when the 3 s grace ends.
 fn term_ignored() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    start(&d, &stubborn("stubborn", 3, None, None), "stubborn")?;
-    let took = delete_timed(&d, "stubborn", &[])?;
-    println!("deleted in {took:.2?} (grace 3 s)");
-    ensure!(
-        took > Duration::from_millis(2500)
-            && took < scaled(Duration::from_secs(7)).min(Duration::from_secs(25)),
-        "gone after {took:?}, want ~3 s"
-    );
-    let events = pods::cli(&d, &["events"])?;
-    ensure!(
-        events.contains("Killing") || events.is_empty() || events.contains("No events"),
-        "{events}"
-    );
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        start(d, &stubborn("stubborn", 3, None, None), "stubborn")?;
+        let took = delete_timed(d, "stubborn", &[])?;
+        println!("deleted in {took:.2?} (grace 3 s)");
+        ensure!(
+            took > Duration::from_millis(2500)
+                && took < scaled(Duration::from_secs(7)).min(Duration::from_secs(25)),
+            "gone after {took:?}, want ~3 s"
+        );
+        let events = pods::cli(d, &["events"])?;
+        ensure!(
+            events.contains("Killing") || events.is_empty() || events.contains("No events"),
+            "{events}"
+        );
+        Ok(())
+    })
 }
 
 /// A second delete with 1 s cuts a 30 s grace short; a later, longer one does not extend 2 s.
 fn second_delete() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    start(&d, &stubborn("shorter", 30, None, None), "shorter")?;
-    pods::cli(&d, &["delete", "shorter", "--wait=false"])?;
-    std::thread::sleep(Duration::from_secs(1));
-    let p = pods::get(&d, "shorter")?.context("gone too early")?;
-    ensure!(
-        p.metadata.deletion_timestamp.is_some(),
-        "no deletionTimestamp"
-    );
-    let took = delete_timed(&d, "shorter", &["--grace-period", "1"])?;
-    println!("second delete (1 s) took {took:.2?}");
-    // A 30 s grace cut to 1 s (the teardown's time on top; a slow lane has more of it).
-    ensure!(
-        took < scaled(Duration::from_secs(5)).min(Duration::from_secs(25)),
-        "took {took:?}"
-    );
+    Scenario::supervisor(10).run_sync(|d| {
+        start(d, &stubborn("shorter", 30, None, None), "shorter")?;
+        pods::cli(d, &["delete", "shorter", "--wait=false"])?;
+        std::thread::sleep(Duration::from_secs(1));
+        let p = pods::get(d, "shorter")?.context("gone too early")?;
+        ensure!(
+            p.metadata.deletion_timestamp.is_some(),
+            "no deletionTimestamp"
+        );
+        let took = delete_timed(d, "shorter", &["--grace-period", "1"])?;
+        println!("second delete (1 s) took {took:.2?}");
+        // A 30 s grace cut to 1 s (the teardown's time on top; a slow lane has more of it).
+        ensure!(
+            took < scaled(Duration::from_secs(5)).min(Duration::from_secs(25)),
+            "took {took:?}"
+        );
 
-    start(&d, &stubborn("longer", 2, None, None), "longer")?;
-    let t = Instant::now();
-    pods::cli(&d, &["delete", "longer", "--wait=false"])?;
-    pods::cli(
-        &d,
-        &["delete", "longer", "--wait=false", "--grace-period", "30"],
-    )?;
-    pods::wait_gone(&d, "longer", 60)?;
-    let took = t.elapsed();
-    println!("2 s grace then a 30 s delete: gone after {took:.2?}");
-    ensure!(
-        took < scaled(Duration::from_secs(6)).min(Duration::from_secs(25)),
-        "the longer delete extended the grace: {took:?}"
-    );
-    cri::assert_clean(&d)
+        start(d, &stubborn("longer", 2, None, None), "longer")?;
+        let t = Instant::now();
+        pods::cli(d, &["delete", "longer", "--wait=false"])?;
+        pods::cli(
+            d,
+            &["delete", "longer", "--wait=false", "--grace-period", "30"],
+        )?;
+        pods::wait_gone(d, "longer", 60)?;
+        let took = t.elapsed();
+        println!("2 s grace then a 30 s delete: gone after {took:.2?}");
+        ensure!(
+            took < scaled(Duration::from_secs(6)).min(Duration::from_secs(25)),
+            "the longer delete extended the grace: {took:?}"
+        );
+        Ok(())
+    })
 }
 
 /// --grace-period 0 --force: the pod leaves the API at once; its containers still get the
 /// minimum grace and are gone soon after.
 fn force_delete() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    start(&d, &stubborn("forced", 30, None, None), "forced")?;
-    let t = Instant::now();
-    pods::cli(
-        &d,
-        &[
-            "delete",
-            "forced",
-            "--grace-period",
-            "0",
-            "--force",
-            "--wait=false",
-        ],
-    )?;
-    ensure!(
-        pods::get(&d, "forced")?.is_none(),
-        "still listed after a forced delete"
-    );
-    println!("forced delete answered in {:.2?}", t.elapsed());
-    // Containers go within the minimum grace (2 s) plus removal.
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        start(d, &stubborn("forced", 30, None, None), "forced")?;
+        let t = Instant::now();
+        pods::cli(
+            d,
+            &[
+                "delete",
+                "forced",
+                "--grace-period",
+                "0",
+                "--force",
+                "--wait=false",
+            ],
+        )?;
+        ensure!(
+            pods::get(d, "forced")?.is_none(),
+            "still listed after a forced delete"
+        );
+        println!("forced delete answered in {:.2?}", t.elapsed());
+        // Containers go within the minimum grace (2 s) plus removal.
+        Ok(())
+    })
 }
 
 /// kill -9 of the daemon: the pod keeps running; the restarted daemon reports the same
@@ -281,24 +287,25 @@ spec:
 /// kill -9 during a termination: the restarted daemon terminates again with the full grace
 /// (pod-safety: it cannot know how much of the grace the container already had).
 fn kill9_mid_termination() -> Result<()> {
-    let mut d = pods::daemon(10, "")?;
-    start(&d, &stubborn("dying", 4, None, None), "dying")?;
-    pods::cli(&d, &["delete", "dying", "--wait=false"])?;
-    std::thread::sleep(Duration::from_millis(2500));
-    d.kill9();
-    let t = Instant::now();
-    d.restart()?;
-    let p = pods::get(&d, "dying")?.context("the pod was forgotten")?;
-    ensure!(
-        p.metadata.deletion_timestamp.is_some(),
-        "no longer terminating"
-    );
-    pods::wait_gone(&d, "dying", 60)?;
-    let took = t.elapsed();
-    println!("after restart, gone in {took:.2?} (full grace 4 s)");
-    ensure!(
-        took > Duration::from_millis(3500) && took < scaled(Duration::from_secs(10)),
-        "gone {took:?} after the restart, want ~4 s (a full grace)"
-    );
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        start(d, &stubborn("dying", 4, None, None), "dying")?;
+        pods::cli(d, &["delete", "dying", "--wait=false"])?;
+        std::thread::sleep(Duration::from_millis(2500));
+        d.kill9();
+        let t = Instant::now();
+        d.restart()?;
+        let p = pods::get(d, "dying")?.context("the pod was forgotten")?;
+        ensure!(
+            p.metadata.deletion_timestamp.is_some(),
+            "no longer terminating"
+        );
+        pods::wait_gone(d, "dying", 60)?;
+        let took = t.elapsed();
+        println!("after restart, gone in {took:.2?} (full grace 4 s)");
+        ensure!(
+            took > Duration::from_millis(3500) && took < scaled(Duration::from_secs(10)),
+            "gone {took:?} after the restart, want ~4 s (a full grace)"
+        );
+        Ok(())
+    })
 }

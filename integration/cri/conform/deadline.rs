@@ -8,7 +8,8 @@ use bosun::proto::runtime::v1 as pb;
 use crate::support::cri::{self, NEEDS};
 use crate::support::cri::{target, unique_secs};
 use crate::support::daemon::Daemon;
-use crate::support::{block_on, trial};
+use crate::support::trial;
+use crate::support::Scenario;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![trial(
@@ -23,53 +24,49 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// enforcement answered CANCELLED and won the race with critest's timer in 12 of 40 runs.
 /// The call goes over a bare HTTP/2 connection: a tonic client would time out by itself.
 fn client_deadline() -> Result<()> {
-    let d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let (pod, _, id) = target(
-                &d,
-                &mut rt,
-                &busybox,
-                "deadline",
-                false,
-                "echo ready; exec tail -f /dev/null",
-            )
-            .await?;
-            let sleep = pb::ExecSyncRequest {
-                container_id: id.clone(),
-                cmd: vec!["sleep".into(), unique_secs(600_000)],
-                timeout: 0,
-            };
-            let t = Instant::now();
-            let (status, message) = raw_exec_sync(&d, &sleep, "300m").await?;
-            let took = t.elapsed();
-            eprintln!(
-                "ExecSync with a 300 ms deadline: grpc-status {status} {message:?} after {took:?}"
-            );
-            ensure!(
-                status == tonic::Code::DeadlineExceeded as i32,
-                "a passed deadline answered grpc-status {status} ({message:?}), want 4 (DeadlineExceeded)"
-            );
-            ensure!(took < Duration::from_secs(3), "answered after {took:?}");
-            // A call that ends before its deadline is answered as usual.
-            let echo = pb::ExecSyncRequest {
-                container_id: id.clone(),
-                cmd: vec!["true".into()],
-                timeout: 0,
-            };
-            let (status, message) = raw_exec_sync(&d, &echo, "20S").await?;
-            ensure!(
-                status == 0,
-                "in-time ExecSync: grpc-status {status} {message:?}"
-            );
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().run(async |s| {
+        let d = &s.daemon;
+        let busybox = s.image("busybox");
+        let mut rt = s.rt.clone();
+        let (pod, _, id) = target(
+            d,
+            &mut rt,
+            &busybox,
+            "deadline",
+            false,
+            "echo ready; exec tail -f /dev/null",
+        )
+        .await?;
+        let sleep = pb::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["sleep".into(), unique_secs(600_000)],
+            timeout: 0,
+        };
+        let t = Instant::now();
+        let (status, message) = raw_exec_sync(d, &sleep, "300m").await?;
+        let took = t.elapsed();
+        eprintln!(
+            "ExecSync with a 300 ms deadline: grpc-status {status} {message:?} after {took:?}"
+        );
+        ensure!(
+            status == tonic::Code::DeadlineExceeded as i32,
+            "a passed deadline answered grpc-status {status} ({message:?}), want 4 (DeadlineExceeded)"
+        );
+        ensure!(took < Duration::from_secs(3), "answered after {took:?}");
+        // A call that ends before its deadline is answered as usual.
+        let echo = pb::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["true".into()],
+            timeout: 0,
+        };
+        let (status, message) = raw_exec_sync(d, &echo, "20S").await?;
+        ensure!(
+            status == 0,
+            "in-time ExecSync: grpc-status {status} {message:?}"
+        );
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        Ok(())
+    })
 }
 
 /// ExecSync over a bare HTTP/2 connection with `grpc-timeout: timeout`; the grpc-status and

@@ -6,7 +6,8 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, NEEDS};
-use crate::support::{block_on, trial};
+use crate::support::trial;
+use crate::support::Scenario;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -29,77 +30,75 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 }
 
 fn image_config() -> Result<()> {
-    let d = cri::daemon()?;
-    let entry = cri::import(&d, "entrypoint")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "image-config")).await?;
+    Scenario::new().image("entrypoint").run(async |s| {
+        let d = &s.daemon;
+        let entry = s.image("entrypoint");
+        let mut rt = s.rt.clone();
+        let pod = cri::run_pod(&mut rt, cri::pod_config(d, "image-config")).await?;
 
-            // ENTRYPOINT ["/bin/echo", "entry"] + CMD ["cmd"].
-            let c = cri::container_config(&pod, "default", &entry);
-            let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
-            ensure!(out == ["entry cmd"], "ENTRYPOINT+CMD: {out:?}");
+        // ENTRYPOINT ["/bin/echo", "entry"] + CMD ["cmd"].
+        let c = cri::container_config(&pod, "default", &entry);
+        let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
+        ensure!(out == ["entry cmd"], "ENTRYPOINT+CMD: {out:?}");
 
-            // args replace CMD only.
-            let mut c = cri::container_config(&pod, "args", &entry);
-            c.args = vec!["a".into(), "b c".into()];
-            let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
-            ensure!(out == ["entry a b c"], "args override: {out:?}");
+        // args replace CMD only.
+        let mut c = cri::container_config(&pod, "args", &entry);
+        c.args = vec!["a".into(), "b c".into()];
+        let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
+        ensure!(out == ["entry a b c"], "args override: {out:?}");
 
-            // command replaces ENTRYPOINT (and drops CMD); image env and WorkingDir stay.
-            let mut c = cri::container_config(&pod, "command", &entry);
-            c.command = vec!["sh".into(), "-c".into()];
-            c.args = vec!["echo foo=$FOO bar=$BAR path=$PATH; pwd; echo \"$0\"".into()];
-            c.envs = vec![cri::env("BAR", "baz qux")];
-            let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
-            ensure!(
-            out.first().map(String::as_str)
-                == Some(
-                    "foo=bar bar=baz qux path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-                )
-                && out.get(1).map(String::as_str) == Some("/tmp")
-                && out.get(2).map(String::as_str) == Some("sh"),
-            "command override with image env and workdir: {out:?}"
+        // command replaces ENTRYPOINT (and drops CMD); image env and WorkingDir stay.
+        let mut c = cri::container_config(&pod, "command", &entry);
+        c.command = vec!["sh".into(), "-c".into()];
+        c.args = vec!["echo foo=$FOO bar=$BAR path=$PATH; pwd; echo \"$0\"".into()];
+        c.envs = vec![cri::env("BAR", "baz qux")];
+        let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
+        ensure!(
+        out.first().map(String::as_str)
+            == Some(
+                "foo=bar bar=baz qux path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+            )
+            && out.get(1).map(String::as_str) == Some("/tmp")
+            && out.get(2).map(String::as_str) == Some("sh"),
+        "command override with image env and workdir: {out:?}"
+    );
+
+        // working_dir and env override the image's.
+        let mut c = cri::sh_config(&pod, "workdir", &entry, "echo foo=$FOO; pwd");
+        c.working_dir = "/etc".into();
+        c.envs = vec![cri::env("FOO", "override")];
+        let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
+        ensure!(
+            out == ["foo=override", "/etc"],
+            "working_dir/env override: {out:?}"
         );
 
-            // working_dir and env override the image's.
-            let mut c = cri::sh_config(&pod, "workdir", &entry, "echo foo=$FOO; pwd");
-            c.working_dir = "/etc".into();
-            c.envs = vec![cri::env("FOO", "override")];
-            let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
-            ensure!(
-                out == ["foo=override", "/etc"],
-                "working_dir/env override: {out:?}"
-            );
+        // A working dir that does not exist in the image is created.
+        let mut c = cri::sh_config(&pod, "newdir", &entry, "pwd");
+        c.working_dir = "/does/not/exist/yet".into();
+        let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
+        ensure!(
+            out == ["/does/not/exist/yet"],
+            "missing working_dir: {out:?}"
+        );
 
-            // A working dir that does not exist in the image is created.
-            let mut c = cri::sh_config(&pod, "newdir", &entry, "pwd");
-            c.working_dir = "/does/not/exist/yet".into();
-            let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
-            ensure!(
-                out == ["/does/not/exist/yet"],
-                "missing working_dir: {out:?}"
-            );
-
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        Ok(())
+    })
 }
 
 fn users() -> Result<()> {
-    let d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    let nonroot = cri::import(&d, "nonroot")?;
-    let numeric = cri::import(&d, "numeric-user")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "users")).await?;
+    Scenario::new()
+        .image("busybox")
+        .image("nonroot")
+        .image("numeric-user")
+        .run(async |s| {
+            let d = &s.daemon;
+            let busybox = s.image("busybox");
+            let nonroot = s.image("nonroot");
+            let numeric = s.image("numeric-user");
+            let mut rt = s.rt.clone();
+            let pod = cri::run_pod(&mut rt, cri::pod_config(d, "users")).await?;
             const ID: &str = "echo uid=$(id -u) gid=$(id -g) groups=$(id -G)";
             let ids = |out: &[String]| {
                 let line = out.first().cloned().unwrap_or_default();
@@ -218,10 +217,8 @@ fn users() -> Result<()> {
                 }
             }
             cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+            Ok(())
+        })
 }
 
 /// name, add, drop, privileged, expected CapEff and CapBnd.
@@ -233,73 +230,68 @@ fn caps(bits: &[u32]) -> u64 {
 }
 
 fn capabilities() -> Result<()> {
-    let d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    // containerd's default set: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP
-    // NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP.
-    let default = caps(&[0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31]);
-    let own = std::fs::read_to_string("/proc/self/status")?;
-    let host = own
-        .lines()
-        .find_map(|l| l.strip_prefix("CapBnd:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .context("own CapBnd")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let mut cfg = cri::pod_config(&d, "caps");
-            if let Some(sc) = cfg.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
-                sc.privileged = true;
-            }
-            let pod = cri::run_pod(&mut rt, cfg).await?;
-            let script =
-                "grep -E '^Cap(Eff|Bnd):' /proc/self/status; echo devices=$(ls /dev | wc -l)";
-            let cases: [CapCase; 4] = [
-                ("default", vec![], vec![], false, default),
-                ("drop-all", vec![], vec!["ALL"], false, 0),
-                (
-                    "add-net-admin-drop-kill",
-                    vec!["NET_ADMIN"],
-                    vec!["CAP_KILL"],
-                    false,
-                    (default | caps(&[12])) & !caps(&[5]),
-                ),
-                ("privileged", vec![], vec![], true, host),
-            ];
-            for (name, add, drop, privileged, want) in cases {
-                let mut c = cri::sh_config(&pod, name, &busybox, script);
-                let sc = cri::security(&mut c);
-                sc.privileged = privileged;
-                sc.capabilities = Some(pb::Capability {
-                    add_capabilities: add.iter().map(|s| s.to_string()).collect(),
-                    drop_capabilities: drop.iter().map(|s| s.to_string()).collect(),
-                    ..Default::default()
-                });
-                let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
-                let get = |k: &str| {
-                    out.iter()
-                        .find_map(|l| l.strip_prefix(k))
-                        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-                };
-                ensure!(
-                    get("CapEff:") == Some(want) && get("CapBnd:") == Some(want),
-                    "{name}: {out:?}, want {want:#018x}"
-                );
-                let devices: usize = out
-                    .iter()
-                    .find_map(|l| l.strip_prefix("devices="))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                // The host's /dev for privileged containers, a minimal one otherwise.
-                ensure!(
-                    (devices > 30) == privileged,
-                    "{name}: {devices} entries in /dev"
-                );
-            }
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().run(async |s| {
+        let d = &s.daemon;
+        let busybox = s.image("busybox");
+        // containerd's default set: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP
+        // NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP.
+        let default = caps(&[0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31]);
+        let own = std::fs::read_to_string("/proc/self/status")?;
+        let host = own
+            .lines()
+            .find_map(|l| l.strip_prefix("CapBnd:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .context("own CapBnd")?;
+        let mut rt = s.rt.clone();
+        let mut cfg = cri::pod_config(d, "caps");
+        if let Some(sc) = cfg.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
+            sc.privileged = true;
+        }
+        let pod = cri::run_pod(&mut rt, cfg).await?;
+        let script = "grep -E '^Cap(Eff|Bnd):' /proc/self/status; echo devices=$(ls /dev | wc -l)";
+        let cases: [CapCase; 4] = [
+            ("default", vec![], vec![], false, default),
+            ("drop-all", vec![], vec!["ALL"], false, 0),
+            (
+                "add-net-admin-drop-kill",
+                vec!["NET_ADMIN"],
+                vec!["CAP_KILL"],
+                false,
+                (default | caps(&[12])) & !caps(&[5]),
+            ),
+            ("privileged", vec![], vec![], true, host),
+        ];
+        for (name, add, drop, privileged, want) in cases {
+            let mut c = cri::sh_config(&pod, name, &busybox, script);
+            let sc = cri::security(&mut c);
+            sc.privileged = privileged;
+            sc.capabilities = Some(pb::Capability {
+                add_capabilities: add.iter().map(|s| s.to_string()).collect(),
+                drop_capabilities: drop.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            });
+            let out = cri::run_to_completion(&mut rt, &pod, &c).await?;
+            let get = |k: &str| {
+                out.iter()
+                    .find_map(|l| l.strip_prefix(k))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            };
+            ensure!(
+                get("CapEff:") == Some(want) && get("CapBnd:") == Some(want),
+                "{name}: {out:?}, want {want:#018x}"
+            );
+            let devices: usize = out
+                .iter()
+                .find_map(|l| l.strip_prefix("devices="))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            // The host's /dev for privileged containers, a minimal one otherwise.
+            ensure!(
+                (devices > 30) == privileged,
+                "{name}: {devices} entries in /dev"
+            );
+        }
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        Ok(())
+    })
 }

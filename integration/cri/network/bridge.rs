@@ -11,6 +11,7 @@ use crate::support::cri::{self, NEEDS};
 use crate::support::podnet::{
     exec_out, free_port, http_get, pod_ips, stop_pod, wait_http, HTTPD, NET_NEEDS,
 };
+use crate::support::Scenario;
 use crate::support::{block_on, trial};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -37,77 +38,71 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// Two pods on the bridge: IPs in the subnet, in /etc/hosts, pod-to-pod and host-to-pod TCP,
 /// and no route off the machine.
 fn pods_talk() -> Result<()> {
-    let d = cri::daemon()?;
-    let bb = cri::import(&d, "busybox")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let a = cri::run_pod(&mut rt, cri::pod_config(&d, "net-a")).await?;
-            let b = cri::run_pod(&mut rt, cri::pod_config(&d, "net-b")).await?;
-            let (ip_a, more_a) = pod_ips(&mut rt, &a.id).await?;
-            let (ip_b, _) = pod_ips(&mut rt, &b.id).await?;
-            ensure!(
-                d.net().contains(&ip_a) && d.net().contains(&ip_b) && ip_a != ip_b,
-                "pod IPs {ip_a} {ip_b} not distinct addresses in {}",
-                d.net().subnet()
-            );
-            ensure!(more_a.is_empty(), "IPv4-only network gave {more_a:?}");
-            let server =
-                cri::create_start(&mut rt, &a, &cri::sh_config(&a, "web", &bb, HTTPD)).await?;
-            let client =
-                cri::create_start(&mut rt, &b, &cri::sh_config(&b, "cl", &bb, "sleep 3600"))
-                    .await?;
-            // Host to pod.
-            let host_a = a.config.hostname.clone();
-            wait_http(
-                SocketAddr::new(ip_a.parse()?, 8080),
-                &format!("hello-{host_a}"),
-            )?;
-            // Pod to pod.
-            let body = exec_out(
-                &mut rt,
-                &client,
-                &["wget", "-q", "-O", "-", &format!("http://{ip_a}:8080/")],
-            )
-            .await?;
-            ensure!(
-                body.trim() == format!("hello-{host_a}"),
-                "pod b got {body:?}"
-            );
-            let hosts = exec_out(&mut rt, &server, &["cat", "/etc/hosts"]).await?;
-            ensure!(
-                hosts.lines().any(|l| l == format!("{ip_a}\t{host_a}")),
-                "/etc/hosts lacks the pod IP: {hosts}"
-            );
-            let addr = exec_out(
-                &mut rt,
-                &client,
-                &["ip", "-o", "-4", "addr", "show", "eth0"],
-            )
-            .await?;
-            ensure!(addr.contains(&format!("{ip_b}/24")), "eth0 of b: {addr}");
-            let routes = exec_out(&mut rt, &client, &["ip", "route"]).await?;
-            ensure!(
-                !routes.contains("default"),
-                "a route off the machine: {routes}"
-            );
-            cri::remove_pod(&mut rt, &a.id).await?;
-            cri::remove_pod(&mut rt, &b.id).await?;
-            ensure!(
-                d.net().leases().is_empty(),
-                "leases left: {:?}",
-                d.net().leases()
-            );
-            ensure!(
-                d.net().veths().is_empty(),
-                "veths left: {:?}",
-                d.net().veths()
-            );
-            Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().run(async |s| {
+        let d = &s.daemon;
+        let bb = s.image("busybox");
+        let mut rt = s.rt.clone();
+        let a = cri::run_pod(&mut rt, cri::pod_config(d, "net-a")).await?;
+        let b = cri::run_pod(&mut rt, cri::pod_config(d, "net-b")).await?;
+        let (ip_a, more_a) = pod_ips(&mut rt, &a.id).await?;
+        let (ip_b, _) = pod_ips(&mut rt, &b.id).await?;
+        ensure!(
+            d.net().contains(&ip_a) && d.net().contains(&ip_b) && ip_a != ip_b,
+            "pod IPs {ip_a} {ip_b} not distinct addresses in {}",
+            d.net().subnet()
+        );
+        ensure!(more_a.is_empty(), "IPv4-only network gave {more_a:?}");
+        let server = cri::create_start(&mut rt, &a, &cri::sh_config(&a, "web", &bb, HTTPD)).await?;
+        let client =
+            cri::create_start(&mut rt, &b, &cri::sh_config(&b, "cl", &bb, "sleep 3600")).await?;
+        // Host to pod.
+        let host_a = a.config.hostname.clone();
+        wait_http(
+            SocketAddr::new(ip_a.parse()?, 8080),
+            &format!("hello-{host_a}"),
+        )?;
+        // Pod to pod.
+        let body = exec_out(
+            &mut rt,
+            &client,
+            &["wget", "-q", "-O", "-", &format!("http://{ip_a}:8080/")],
+        )
+        .await?;
+        ensure!(
+            body.trim() == format!("hello-{host_a}"),
+            "pod b got {body:?}"
+        );
+        let hosts = exec_out(&mut rt, &server, &["cat", "/etc/hosts"]).await?;
+        ensure!(
+            hosts.lines().any(|l| l == format!("{ip_a}\t{host_a}")),
+            "/etc/hosts lacks the pod IP: {hosts}"
+        );
+        let addr = exec_out(
+            &mut rt,
+            &client,
+            &["ip", "-o", "-4", "addr", "show", "eth0"],
+        )
+        .await?;
+        ensure!(addr.contains(&format!("{ip_b}/24")), "eth0 of b: {addr}");
+        let routes = exec_out(&mut rt, &client, &["ip", "route"]).await?;
+        ensure!(
+            !routes.contains("default"),
+            "a route off the machine: {routes}"
+        );
+        cri::remove_pod(&mut rt, &a.id).await?;
+        cri::remove_pod(&mut rt, &b.id).await?;
+        ensure!(
+            d.net().leases().is_empty(),
+            "leases left: {:?}",
+            d.net().leases()
+        );
+        ensure!(
+            d.net().veths().is_empty(),
+            "veths left: {:?}",
+            d.net().veths()
+        );
+        Ok(())
+    })
 }
 
 /// hostPort through bosun's nftables map: from the host to the bridge's address and to
@@ -201,35 +196,31 @@ fn host_port() -> Result<()> {
 }
 
 fn host_network() -> Result<()> {
-    let d = cri::daemon()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let mut cfg = cri::pod_config(&d, "hostnet");
-            if let Some(sc) = cfg.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
-                sc.namespace_options = Some(pb::NamespaceOption {
-                    network: pb::NamespaceMode::Node as i32,
-                    pid: pb::NamespaceMode::Container as i32,
-                    ipc: pb::NamespaceMode::Pod as i32,
-                    ..Default::default()
-                });
-            }
-            let pod = cri::run_pod(&mut rt, cfg).await?;
-            let (ip, more) = pod_ips(&mut rt, &pod.id).await?;
-            ensure!(
-                ip.is_empty() && more.is_empty(),
-                "host network pod reports {ip} {more:?}"
-            );
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            ensure!(
-                d.net().journal_lines().is_empty() && d.net().veths().is_empty(),
-                "a lease or veth for a host network pod: {:?} {:?}",
-                d.net().journal_lines(),
-                d.net().veths()
-            );
-            Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().no_image().run(async |s| {
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let mut cfg = cri::pod_config(d, "hostnet");
+        if let Some(sc) = cfg.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
+            sc.namespace_options = Some(pb::NamespaceOption {
+                network: pb::NamespaceMode::Node as i32,
+                pid: pb::NamespaceMode::Container as i32,
+                ipc: pb::NamespaceMode::Pod as i32,
+                ..Default::default()
+            });
+        }
+        let pod = cri::run_pod(&mut rt, cfg).await?;
+        let (ip, more) = pod_ips(&mut rt, &pod.id).await?;
+        ensure!(
+            ip.is_empty() && more.is_empty(),
+            "host network pod reports {ip} {more:?}"
+        );
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        ensure!(
+            d.net().journal_lines().is_empty() && d.net().veths().is_empty(),
+            "a lease or veth for a host network pod: {:?} {:?}",
+            d.net().journal_lines(),
+            d.net().veths()
+        );
+        Ok(())
+    })
 }

@@ -9,6 +9,7 @@ use bosun::proto::runtime::v1 as pb;
 use crate::support::cri::{self, Rt, NEEDS};
 use crate::support::network::iptables_save;
 use crate::support::podnet::{free_port, pod_ips, stop_pod, NET_NEEDS};
+use crate::support::Scenario;
 use crate::support::{block_on, trial, wait_until, Daemon};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -60,66 +61,62 @@ fn journal_count(d: &Daemon, op: &str, id: &str) -> usize {
 /// The lease is journaled at RunPodSandbox with the pod's veth on the bridge, and released
 /// exactly once at StopPodSandbox (the veth gone); no plugin runs and no CNI record is kept.
 fn released_on_stop() -> Result<()> {
-    let d = cri::daemon()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "lease")).await?;
-            let (ip, _) = pod_ips(&mut rt, &pod.id).await?;
-            let live = d.net().journal();
-            ensure!(
-                live.get(&pod.id) == Some(&vec![ip.clone()]) && live.len() == 1,
-                "leases: {live:?}"
-            );
-            let veth = bosun::network::native::veth_name(&pod.id);
-            ensure!(
-                d.net().veths() == [veth.clone()],
-                "veths: {:?}",
-                d.net().veths()
-            );
-            ensure!(
-                !d.root()
-                    .join("network")
-                    .join(format!("{}.json", pod.id))
-                    .exists(),
-                "a CNI record for the embedded network"
-            );
-            stop_pod(&mut rt, &pod.id).await?;
-            ensure!(
-                d.net().journal().is_empty(),
-                "lease kept: {:?}",
-                d.net().journal()
-            );
-            ensure!(
-                d.net().veths().is_empty(),
-                "veth kept: {:?}",
-                d.net().veths()
-            );
-            // Unplugged at once; the pair itself goes with the pod's netns.
-            let link = std::path::Path::new("/sys/class/net").join(&veth);
-            ensure!(
-                wait_until(10, || !link.exists()),
-                "veth {veth} still on the host 10 s after StopPodSandbox"
-            );
-            let (ip_after, _) = pod_ips(&mut rt, &pod.id).await?;
-            ensure!(ip_after.is_empty(), "stopped pod still reports {ip_after}");
-            stop_pod(&mut rt, &pod.id).await?;
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            ensure!(
-                journal_count(&d, "+", &pod.id) == 1 && journal_count(&d, "-", &pod.id) == 1,
-                "journal: {:?}",
-                d.net().journal_lines()
-            );
-            ensure!(
-                d.net().calls().is_empty(),
-                "plugins ran: {:?}",
-                d.net().calls()
-            );
-            Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().no_image().run(async |s| {
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let pod = cri::run_pod(&mut rt, cri::pod_config(d, "lease")).await?;
+        let (ip, _) = pod_ips(&mut rt, &pod.id).await?;
+        let live = d.net().journal();
+        ensure!(
+            live.get(&pod.id) == Some(&vec![ip.clone()]) && live.len() == 1,
+            "leases: {live:?}"
+        );
+        let veth = bosun::network::native::veth_name(&pod.id);
+        ensure!(
+            d.net().veths() == [veth.clone()],
+            "veths: {:?}",
+            d.net().veths()
+        );
+        ensure!(
+            !d.root()
+                .join("network")
+                .join(format!("{}.json", pod.id))
+                .exists(),
+            "a CNI record for the embedded network"
+        );
+        stop_pod(&mut rt, &pod.id).await?;
+        ensure!(
+            d.net().journal().is_empty(),
+            "lease kept: {:?}",
+            d.net().journal()
+        );
+        ensure!(
+            d.net().veths().is_empty(),
+            "veth kept: {:?}",
+            d.net().veths()
+        );
+        // Unplugged at once; the pair itself goes with the pod's netns.
+        let link = std::path::Path::new("/sys/class/net").join(&veth);
+        ensure!(
+            wait_until(10, || !link.exists()),
+            "veth {veth} still on the host 10 s after StopPodSandbox"
+        );
+        let (ip_after, _) = pod_ips(&mut rt, &pod.id).await?;
+        ensure!(ip_after.is_empty(), "stopped pod still reports {ip_after}");
+        stop_pod(&mut rt, &pod.id).await?;
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        ensure!(
+            journal_count(d, "+", &pod.id) == 1 && journal_count(d, "-", &pod.id) == 1,
+            "journal: {:?}",
+            d.net().journal_lines()
+        );
+        ensure!(
+            d.net().calls().is_empty(),
+            "plugins ran: {:?}",
+            d.net().calls()
+        );
+        Ok(())
+    })
 }
 
 /// kill -9 while two pods are READY and eight RunPodSandbox calls are in flight (some
@@ -316,57 +313,53 @@ fn cni_released_across_restart() -> Result<()> {
 /// afterwards no lease, veth, map element or iptables line is left and the table still has
 /// exactly its fixed rules (nothing per pod).
 fn lifecycles_leave_nothing() -> Result<()> {
-    let d = cri::daemon()?;
-    let net = d.net().clone();
-    let port = free_port()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let warm = cri::run_pod(&mut rt, cri::pod_config(&d, "warm")).await?;
-            cri::remove_pod(&mut rt, &warm.id).await?;
-            let rules = net.nft_rules();
-            ensure!(rules > 0, "no table after the first pod");
-            let t = Instant::now();
-            for i in 0..200 {
-                let mut cfg = cri::pod_config(&d, "cycle");
-                cfg.port_mappings = vec![pb::PortMapping {
-                    protocol: pb::Protocol::Udp as i32,
-                    container_port: 53,
-                    host_port: i32::from(port),
-                    host_ip: if i % 2 == 0 {
-                        "127.0.0.1".into()
-                    } else {
-                        String::new()
-                    },
-                }];
-                let p = cri::run_pod(&mut rt, cfg).await?;
-                if i == 0 {
-                    ensure!(net.nft_elements().len() == 1, "{:?}", net.nft_elements());
-                    ensure!(net.nft_rules() == rules, "rules changed with a pod");
-                }
-                cri::remove_pod(&mut rt, &p.id).await?;
+    Scenario::new().no_image().run(async |s| {
+        let d = &s.daemon;
+        let net = d.net().clone();
+        let port = free_port()?;
+        let mut rt = s.rt.clone();
+        let warm = cri::run_pod(&mut rt, cri::pod_config(d, "warm")).await?;
+        cri::remove_pod(&mut rt, &warm.id).await?;
+        let rules = net.nft_rules();
+        ensure!(rules > 0, "no table after the first pod");
+        let t = Instant::now();
+        for i in 0..200 {
+            let mut cfg = cri::pod_config(d, "cycle");
+            cfg.port_mappings = vec![pb::PortMapping {
+                protocol: pb::Protocol::Udp as i32,
+                container_port: 53,
+                host_port: i32::from(port),
+                host_ip: if i % 2 == 0 {
+                    "127.0.0.1".into()
+                } else {
+                    String::new()
+                },
+            }];
+            let p = cri::run_pod(&mut rt, cfg).await?;
+            if i == 0 {
+                ensure!(net.nft_elements().len() == 1, "{:?}", net.nft_elements());
+                ensure!(net.nft_rules() == rules, "rules changed with a pod");
             }
-            eprintln!("200 lifecycles in {:?}", t.elapsed());
-            ensure!(net.journal().is_empty(), "leases left: {:?}", net.journal());
-            ensure!(net.veths().is_empty(), "veths left: {:?}", net.veths());
-            ensure!(
-                net.nft_elements().is_empty(),
-                "elements left: {:?}",
-                net.nft_elements()
-            );
-            ensure!(
-                net.nft_rules() == rules,
-                "{} rules, {rules} before",
-                net.nft_rules()
-            );
-            let ipt: Vec<String> = iptables_save()
-                .into_iter()
-                .filter(|l| l.contains(&net.name) || l.contains(&net.subnet()))
-                .collect();
-            ensure!(ipt.is_empty(), "iptables lines: {ipt:?}");
-            Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+            cri::remove_pod(&mut rt, &p.id).await?;
+        }
+        eprintln!("200 lifecycles in {:?}", t.elapsed());
+        ensure!(net.journal().is_empty(), "leases left: {:?}", net.journal());
+        ensure!(net.veths().is_empty(), "veths left: {:?}", net.veths());
+        ensure!(
+            net.nft_elements().is_empty(),
+            "elements left: {:?}",
+            net.nft_elements()
+        );
+        ensure!(
+            net.nft_rules() == rules,
+            "{} rules, {rules} before",
+            net.nft_rules()
+        );
+        let ipt: Vec<String> = iptables_save()
+            .into_iter()
+            .filter(|l| l.contains(&net.name) || l.contains(&net.subnet()))
+            .collect();
+        ensure!(ipt.is_empty(), "iptables lines: {ipt:?}");
+        Ok(())
+    })
 }

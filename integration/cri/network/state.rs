@@ -10,6 +10,7 @@ use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, Rt, NEEDS};
 use crate::support::podnet::{free_port, http_get, pod_ips, wait_http, HTTPD, NET_NEEDS};
+use crate::support::Scenario;
 use crate::support::{block_on, trial};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -55,85 +56,82 @@ async fn network_ready(rt: &mut Rt) -> Result<pb::RuntimeCondition> {
 /// network sandboxes refused (hostNetwork ones still run); config removed: ready again on the
 /// embedded network, without a restart.
 fn not_ready() -> Result<()> {
-    let d = cri::daemon()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let c = network_ready(&mut rt).await?;
-            ensure!(c.status && c.message.contains(&d.net().name), "{c:?}");
-            let file = d.net().conf_dir.join("10-broken.conflist");
-            std::fs::write(&file, "{ \"cniVersion\": ")?;
-            let c = network_ready(&mut rt).await?;
-            ensure!(
-                !c.status
-                    && c.reason == "NetworkPluginNotReady"
-                    && c.message.contains("10-broken.conflist"),
-                "{c:?}"
-            );
-            let e = cri::run_pod(&mut rt, cri::pod_config(&d, "refused"))
-                .await
-                .expect_err("a pod network sandbox while not ready");
-            let status = e
-                .downcast_ref::<tonic::Status>()
-                .context("not a gRPC status")?;
-            ensure!(
-                status.code() == tonic::Code::FailedPrecondition
-                    && status.message().contains("10-broken.conflist"),
-                "{status:?}"
-            );
-            // The kubelet still admits hostNetwork pods: they need no CNI.
-            let mut host = cri::pod_config(&d, "hostnet-while-not-ready");
-            if let Some(sc) = host
-                .linux
-                .as_mut()
-                .and_then(|l| l.security_context.as_mut())
-            {
-                sc.namespace_options = Some(pb::NamespaceOption {
-                    network: pb::NamespaceMode::Node as i32,
-                    pid: pb::NamespaceMode::Container as i32,
-                    ipc: pb::NamespaceMode::Pod as i32,
-                    ..Default::default()
-                });
-            }
-            let hp = cri::run_pod(&mut rt, host).await?;
-            cri::remove_pod(&mut rt, &hp.id).await?;
-            std::fs::write(
-                &file,
-                r#"{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"nosuchplugin"}]}"#,
-            )?;
-            let c = network_ready(&mut rt).await?;
-            ensure!(!c.status && c.message.contains("nosuchplugin"), "{c:?}");
-            std::fs::remove_file(&file)?;
-            let c = network_ready(&mut rt).await?;
-            ensure!(c.status && c.message.contains(&d.net().name), "{c:?}");
-            let pods = cri::list_pods(&mut rt, None).await?;
-            ensure!(pods.is_empty(), "a refused sandbox is listed: {pods:?}");
-            Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().no_image().run(async |s| {
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let c = network_ready(&mut rt).await?;
+        ensure!(c.status && c.message.contains(&d.net().name), "{c:?}");
+        let file = d.net().conf_dir.join("10-broken.conflist");
+        std::fs::write(&file, "{ \"cniVersion\": ")?;
+        let c = network_ready(&mut rt).await?;
+        ensure!(
+            !c.status
+                && c.reason == "NetworkPluginNotReady"
+                && c.message.contains("10-broken.conflist"),
+            "{c:?}"
+        );
+        let e = cri::run_pod(&mut rt, cri::pod_config(d, "refused"))
+            .await
+            .expect_err("a pod network sandbox while not ready");
+        let status = e
+            .downcast_ref::<tonic::Status>()
+            .context("not a gRPC status")?;
+        ensure!(
+            status.code() == tonic::Code::FailedPrecondition
+                && status.message().contains("10-broken.conflist"),
+            "{status:?}"
+        );
+        // The kubelet still admits hostNetwork pods: they need no CNI.
+        let mut host = cri::pod_config(d, "hostnet-while-not-ready");
+        if let Some(sc) = host
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+        {
+            sc.namespace_options = Some(pb::NamespaceOption {
+                network: pb::NamespaceMode::Node as i32,
+                pid: pb::NamespaceMode::Container as i32,
+                ipc: pb::NamespaceMode::Pod as i32,
+                ..Default::default()
+            });
+        }
+        let hp = cri::run_pod(&mut rt, host).await?;
+        cri::remove_pod(&mut rt, &hp.id).await?;
+        std::fs::write(
+            &file,
+            r#"{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"nosuchplugin"}]}"#,
+        )?;
+        let c = network_ready(&mut rt).await?;
+        ensure!(!c.status && c.message.contains("nosuchplugin"), "{c:?}");
+        std::fs::remove_file(&file)?;
+        let c = network_ready(&mut rt).await?;
+        ensure!(c.status && c.message.contains(&d.net().name), "{c:?}");
+        let pods = cri::list_pods(&mut rt, None).await?;
+        ensure!(pods.is_empty(), "a refused sandbox is listed: {pods:?}");
+        Ok(())
+    })
 }
 
 /// A plugin that hangs: RunPodSandbox fails at the timeout (the plugin killed, nothing left),
 /// and Version/Status/ListPodSandbox answer at once meanwhile.
 fn slow_plugin() -> Result<()> {
-    let d = cri::daemon_with("[network]\nplugin_timeout_secs = 2\n")?;
-    // Hangs on ADD only: the undo's DEL succeeds, so the failed sandbox leaves nothing.
-    d.net().wrap(
-        "slowpoke",
-        "if [ \"$CNI_COMMAND\" = ADD ]; then exec sleep 39.123; fi; cat >/dev/null",
-    )?;
-    std::fs::write(
-        d.net().conf_dir.join("10-slow.conflist"),
-        r#"{"cniVersion":"1.0.0","name":"slow","plugins":[{"type":"slowpoke"}]}"#,
-    )?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
+    Scenario::new()
+        .config("[network]\nplugin_timeout_secs = 2\n")
+        .no_image()
+        .run(async |s| {
+            let d = &s.daemon;
+            // Hangs on ADD only: the undo's DEL succeeds, so the failed sandbox leaves nothing.
+            d.net().wrap(
+                "slowpoke",
+                "if [ \"$CNI_COMMAND\" = ADD ]; then exec sleep 39.123; fi; cat >/dev/null",
+            )?;
+            std::fs::write(
+                d.net().conf_dir.join("10-slow.conflist"),
+                r#"{"cniVersion":"1.0.0","name":"slow","plugins":[{"type":"slowpoke"}]}"#,
+            )?;
+            let mut rt = s.rt.clone();
             let mut rt2 = rt.clone();
-            let cfg = cri::pod_config(&d, "slow");
+            let cfg = cri::pod_config(d, "slow");
             let t = Instant::now();
             let run = tokio::spawn(async move { cri::run_pod(&mut rt2, cfg).await });
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -161,51 +159,45 @@ fn slow_plugin() -> Result<()> {
                 "the hanging plugin was not killed"
             );
             Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        })
 }
 
 /// UpdateRuntimeConfig's pod CIDR (dual stack) becomes the embedded network's subnets: the pod
 /// gets an IPv4 address in it and an IPv6 one as additional IP, and the host reaches it on both.
 fn pod_cidr() -> Result<()> {
-    let d = cri::daemon()?;
-    let bb = cri::import(&d, "busybox")?;
-    let base = d.net().subnet();
-    let v4 = base.replace(".0/24", ".128/25");
-    let o = d.net().gateway().octets();
-    // Canonical spelling (no leading zeros), so the daemon's log and errors read the same.
-    let (s0, s1) = (0xfd00 | u16::from(o[1]), u16::from(o[2]));
-    let v6 = format!("{s0:x}:{s1:x}::/64");
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            rt.update_runtime_config(pb::UpdateRuntimeConfigRequest {
-                runtime_config: Some(pb::RuntimeConfig {
-                    network_config: Some(pb::NetworkConfig {
-                        pod_cidr: format!("{v4},{v6}"),
-                    }),
+    Scenario::new().run(async |s| {
+        let d = &s.daemon;
+        let bb = s.image("busybox");
+        let base = d.net().subnet();
+        let v4 = base.replace(".0/24", ".128/25");
+        let o = d.net().gateway().octets();
+        // Canonical spelling (no leading zeros), so the daemon's log and errors read the same.
+        let (s0, s1) = (0xfd00 | u16::from(o[1]), u16::from(o[2]));
+        let v6 = format!("{s0:x}:{s1:x}::/64");
+        let mut rt = s.rt.clone();
+        rt.update_runtime_config(pb::UpdateRuntimeConfigRequest {
+            runtime_config: Some(pb::RuntimeConfig {
+                network_config: Some(pb::NetworkConfig {
+                    pod_cidr: format!("{v4},{v6}"),
                 }),
-            })
-            .await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "cidr")).await?;
-            let (ip, more) = pod_ips(&mut rt, &pod.id).await?;
-            let last: u8 = ip.rsplit('.').next().unwrap_or("0").parse().unwrap_or(0);
-            ensure!(d.net().contains(&ip) && last > 128, "{ip} not in {v4}");
-            ensure!(more.len() == 1, "additional IPs {more:?}");
-            let v6ip: std::net::Ipv6Addr = more[0].parse()?;
-            ensure!(v6ip.segments()[..4] == [s0, s1, 0, 0], "{v6ip} not in {v6}");
-            // Both families answer from the host at once (no DAD wait on the pod's address).
-            cri::create_start(&mut rt, &pod, &cri::sh_config(&pod, "web", &bb, HTTPD)).await?;
-            let want = format!("hello-{}", pod.config.hostname);
-            wait_http(SocketAddr::new(ip.parse()?, 8080), &want)?;
-            wait_http(SocketAddr::new(v6ip.into(), 8080), &want)?;
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+            }),
+        })
+        .await?;
+        let pod = cri::run_pod(&mut rt, cri::pod_config(d, "cidr")).await?;
+        let (ip, more) = pod_ips(&mut rt, &pod.id).await?;
+        let last: u8 = ip.rsplit('.').next().unwrap_or("0").parse().unwrap_or(0);
+        ensure!(d.net().contains(&ip) && last > 128, "{ip} not in {v4}");
+        ensure!(more.len() == 1, "additional IPs {more:?}");
+        let v6ip: std::net::Ipv6Addr = more[0].parse()?;
+        ensure!(v6ip.segments()[..4] == [s0, s1, 0, 0], "{v6ip} not in {v6}");
+        // Both families answer from the host at once (no DAD wait on the pod's address).
+        cri::create_start(&mut rt, &pod, &cri::sh_config(&pod, "web", &bb, HTTPD)).await?;
+        let want = format!("hello-{}", pod.config.hostname);
+        wait_http(SocketAddr::new(ip.parse()?, 8080), &want)?;
+        wait_http(SocketAddr::new(v6ip.into(), 8080), &want)?;
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        Ok(())
+    })
 }
 
 /// The table deleted behind the daemon's back is rebuilt, with the running pod's hostPort, at

@@ -8,7 +8,8 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, map, Pod, NEEDS};
-use crate::support::{block_on, trial};
+use crate::support::trial;
+use crate::support::Scenario;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![trial(
@@ -28,13 +29,13 @@ const INSPECT: &str = "echo hostname=$(cat /etc/hostname); echo uname=$(hostname
     while read -r l; do echo \"hosts=$l\"; done < /etc/hosts; ";
 
 fn lifecycle() -> Result<()> {
-    let d = cri::daemon_with("shm_size = 8388608\n")?;
-    let busybox = cri::import(&d, "busybox")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let mut cfg = cri::pod_config(&d, "lifecycle");
+    Scenario::new()
+        .config("shm_size = 8388608\n")
+        .run(async |s| {
+            let d = &s.daemon;
+            let busybox = s.image("busybox");
+            let mut rt = s.rt.clone();
+            let mut cfg = cri::pod_config(d, "lifecycle");
             cfg.hostname = "lifecycle-host".into();
             cfg.labels = map(&[("app", "lifecycle"), ("bosun.test/label", "yes")]);
             cfg.annotations = map(&[
@@ -296,8 +297,6 @@ fn lifecycle() -> Result<()> {
                 pod.log_of(&a_cfg).exists(),
                 "the container log belongs to the kubelet and must stay"
             );
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+            Ok(())
+        })
 }

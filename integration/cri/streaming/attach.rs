@@ -12,7 +12,8 @@ use crate::support::daemon::Daemon;
 use crate::support::streaming::{
     bosun, lines_of, show, spawn_bosun, target, KillOnDrop, TRANSPORTS,
 };
-use crate::support::{block_on, trial};
+use crate::support::trial;
+use crate::support::Scenario;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -31,50 +32,46 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 }
 
 fn attach() -> Result<()> {
-    let d = cri::daemon()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let (pod, id) = target(
-                &d,
-                &mut rt,
-                "stream-attach",
-                "i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.2; done",
-            )
-            .await?;
-            let mut a = spawn_bosun(&d, &["attach", "--transport", "spdy", &id])?;
-            let mut b = spawn_bosun(&d, &["attach", "--transport", "websocket", &id])?;
-            let (la, lb) = (lines_of(&mut a)?, lines_of(&mut b)?);
-            for (name, rx) in [("spdy", &la), ("websocket", &lb)] {
-                let line = rx
-                    .recv_timeout(Duration::from_secs(10))
-                    .with_context(|| format!("{name} attach saw no output"))?;
-                ensure!(line.starts_with("tick-"), "{name} attach: {line:?}");
-            }
-            // Detaching one leaves the container and the other attach running.
-            drop(a);
-            tokio::time::sleep(Duration::from_millis(600)).await;
-            let line = lb
-                .recv_timeout(Duration::from_secs(5))
-                .context("the remaining attach stopped")?;
-            ensure!(
-                line.starts_with("tick-"),
-                "websocket attach after the detach: {line:?}"
-            );
-            drop(b);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let s = cri::status(&mut rt, &id).await?;
-            ensure!(
-                cri::state_of(&s) == pb::ContainerState::ContainerRunning,
-                "container after detaching: {:?}",
-                cri::state_of(&s)
-            );
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().no_image().run(async |s| {
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (pod, id) = target(
+            d,
+            &mut rt,
+            "stream-attach",
+            "i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.2; done",
+        )
+        .await?;
+        let mut a = spawn_bosun(d, &["attach", "--transport", "spdy", &id])?;
+        let mut b = spawn_bosun(d, &["attach", "--transport", "websocket", &id])?;
+        let (la, lb) = (lines_of(&mut a)?, lines_of(&mut b)?);
+        for (name, rx) in [("spdy", &la), ("websocket", &lb)] {
+            let line = rx
+                .recv_timeout(Duration::from_secs(10))
+                .with_context(|| format!("{name} attach saw no output"))?;
+            ensure!(line.starts_with("tick-"), "{name} attach: {line:?}");
+        }
+        // Detaching one leaves the container and the other attach running.
+        drop(a);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let line = lb
+            .recv_timeout(Duration::from_secs(5))
+            .context("the remaining attach stopped")?;
+        ensure!(
+            line.starts_with("tick-"),
+            "websocket attach after the detach: {line:?}"
+        );
+        drop(b);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let s = cri::status(&mut rt, &id).await?;
+        ensure!(
+            cri::state_of(&s) == pb::ContainerState::ContainerRunning,
+            "container after detaching: {:?}",
+            cri::state_of(&s)
+        );
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        Ok(())
+    })
 }
 
 /// An attach client that stops reading for 4 s while the container writes ~2 MiB still gets
@@ -119,88 +116,80 @@ fn check_seq(t: &str, got: &[u8], expected: &str) -> Result<()> {
 }
 
 fn slow_attach() -> Result<()> {
-    let d = cri::daemon()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let (pod, id) = target(
-                &d,
-                &mut rt,
-                "stream-slow-attach",
-                "while true; do while [ ! -f /tmp/go ]; do sleep 0.1; done; rm /tmp/go; \
-                 seq 1 300000; echo done; done",
-            )
-            .await?;
-            let expected: String = (1..=300000).map(|i| format!("{i}\n")).collect();
-            for t in TRANSPORTS {
-                let (child, mut out) = attach_and_go(&d, t, &id).await?;
-                // Not reading: the CLI's stdout pipe fills, the stream backs up to the monitor.
-                tokio::time::sleep(Duration::from_secs(4)).await;
-                let reader = std::thread::spawn(move || {
-                    let mut got = Vec::new();
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        got.extend_from_slice(&buf[..n]);
-                        if got.ends_with(b"done\n") {
-                            break;
-                        }
+    Scenario::new().no_image().run(async |s| {
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (pod, id) = target(
+            d,
+            &mut rt,
+            "stream-slow-attach",
+            "while true; do while [ ! -f /tmp/go ]; do sleep 0.1; done; rm /tmp/go; \
+             seq 1 300000; echo done; done",
+        )
+        .await?;
+        let expected: String = (1..=300000).map(|i| format!("{i}\n")).collect();
+        for t in TRANSPORTS {
+            let (child, mut out) = attach_and_go(d, t, &id).await?;
+            // Not reading: the CLI's stdout pipe fills, the stream backs up to the monitor.
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
+                    if n == 0 {
+                        break;
                     }
-                    got
-                });
-                let got = tokio::task::spawn_blocking(move || reader.join())
-                    .await?
-                    .map_err(|_| anyhow::anyhow!("reader panicked"))?;
-                check_seq(t, &got, &expected)?;
-                drop(child);
-            }
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+                    got.extend_from_slice(&buf[..n]);
+                    if got.ends_with(b"done\n") {
+                        break;
+                    }
+                }
+                got
+            });
+            let got = tokio::task::spawn_blocking(move || reader.join())
+                .await?
+                .map_err(|_| anyhow::anyhow!("reader panicked"))?;
+            check_seq(t, &got, &expected)?;
+            drop(child);
+        }
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        Ok(())
+    })
 }
 
 /// An attach client that is still behind when the container exits: the monitor holds what
 /// the client has not taken yet (2 MB, within its 4 MiB queue) and must send it before it ends
 /// the stream, rather than drop it with the exit (found by the kubectl test in CI).
 fn attach_lagging_at_exit() -> Result<()> {
-    let d = cri::daemon()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let busybox = cri::import(&d, "busybox")?;
-            let expected: String = (1..=300000).map(|i| format!("{i}\n")).collect();
-            for t in TRANSPORTS {
-                let pod = cri::run_pod(&mut rt, cri::pod_config(&d, &format!("lag-{t}"))).await?;
-                let script = "echo ready; while [ ! -f /tmp/go ]; do sleep 0.1; done; \
-                              seq 1 300000; echo done";
-                let c = cri::sh_config(&pod, "target", &busybox, script);
-                let id = cri::create_start(&mut rt, &pod, &c).await?;
-                let log = pod.log_of(&c);
-                cri::wait_log(&log, 10, |l| l.iter().any(|x| x == "ready")).await?;
-                let (child, mut out) = attach_and_go(&d, t, &id).await?;
-                // Not reading until the container wrote its last line and exits: the monitor
-                // has logged everything, and holds most of it for this client.
-                cri::wait_log(&log, 20, |l| l.last().is_some_and(|x| x == "done")).await?;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                let got = tokio::task::spawn_blocking(move || {
-                    let mut got = Vec::new();
-                    std::io::Read::read_to_end(&mut out, &mut got).map(|_| got)
-                })
-                .await??;
-                check_seq(t, &got, &expected)?;
-                let s = cri::wait_exited(&mut rt, &id, 10).await?;
-                cri::check_exit(&s, 0, "Completed")?;
-                drop(child);
-                cri::remove_pod(&mut rt, &pod.id).await?;
-            }
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().no_image().run(async |s| {
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let busybox = cri::import(d, "busybox")?;
+        let expected: String = (1..=300000).map(|i| format!("{i}\n")).collect();
+        for t in TRANSPORTS {
+            let pod = cri::run_pod(&mut rt, cri::pod_config(d, &format!("lag-{t}"))).await?;
+            let script = "echo ready; while [ ! -f /tmp/go ]; do sleep 0.1; done; \
+                          seq 1 300000; echo done";
+            let c = cri::sh_config(&pod, "target", &busybox, script);
+            let id = cri::create_start(&mut rt, &pod, &c).await?;
+            let log = pod.log_of(&c);
+            cri::wait_log(&log, 10, |l| l.iter().any(|x| x == "ready")).await?;
+            let (child, mut out) = attach_and_go(d, t, &id).await?;
+            // Not reading until the container wrote its last line and exits: the monitor
+            // has logged everything, and holds most of it for this client.
+            cri::wait_log(&log, 20, |l| l.last().is_some_and(|x| x == "done")).await?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let got = tokio::task::spawn_blocking(move || {
+                let mut got = Vec::new();
+                std::io::Read::read_to_end(&mut out, &mut got).map(|_| got)
+            })
+            .await??;
+            check_seq(t, &got, &expected)?;
+            let s = cri::wait_exited(&mut rt, &id, 10).await?;
+            cri::check_exit(&s, 0, "Completed")?;
+            drop(child);
+            cri::remove_pod(&mut rt, &pod.id).await?;
+        }
+        Ok(())
+    })
 }

@@ -7,7 +7,8 @@ use anyhow::{ensure, Context, Result};
 
 use crate::support::cri::{self, NEEDS};
 use crate::support::streaming::{lines_of, spawn_bosun, target, TRANSPORTS};
-use crate::support::{block_on, trial};
+use crate::support::trial;
+use crate::support::Scenario;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![trial(
@@ -28,38 +29,34 @@ fn http_get(addr: &str) -> Result<String> {
 }
 
 fn port_forward() -> Result<()> {
-    let d = cri::daemon()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let (pod, _id) = target(&d, &mut rt, "stream-pf", "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 8080 -h /www").await?;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            for t in TRANSPORTS {
-                let mut pf =
-                    spawn_bosun(&d, &["port-forward", "--transport", t, &pod.id, "0:8080"])?;
-                let lines = lines_of(&mut pf)?;
-                let line = lines
-                    .recv_timeout(Duration::from_secs(10))
-                    .with_context(|| format!("{t}: port-forward printed nothing"))?;
-                let addr = line
-                    .strip_prefix("Forwarding from ")
-                    .and_then(|r| r.split(" -> ").next())
-                    .with_context(|| format!("{t}: {line:?}"))?
-                    .to_string();
-                // Several connections over one forward.
-                for n in 0..3 {
-                    let addr = addr.clone();
-                    let body = tokio::task::spawn_blocking(move || http_get(&addr)).await??;
-                    ensure!(
-                        body.contains("200") && body.contains("hello-from-pod"),
-                        "{t} request {n}: {body:?}"
-                    );
-                }
+    Scenario::new().no_image().run(async |s| {
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (pod, _id) = target(d, &mut rt, "stream-pf", "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 8080 -h /www").await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for t in TRANSPORTS {
+            let mut pf =
+                spawn_bosun(d, &["port-forward", "--transport", t, &pod.id, "0:8080"])?;
+            let lines = lines_of(&mut pf)?;
+            let line = lines
+                .recv_timeout(Duration::from_secs(10))
+                .with_context(|| format!("{t}: port-forward printed nothing"))?;
+            let addr = line
+                .strip_prefix("Forwarding from ")
+                .and_then(|r| r.split(" -> ").next())
+                .with_context(|| format!("{t}: {line:?}"))?
+                .to_string();
+            // Several connections over one forward.
+            for n in 0..3 {
+                let addr = addr.clone();
+                let body = tokio::task::spawn_blocking(move || http_get(&addr)).await??;
+                ensure!(
+                    body.contains("200") && body.contains("hello-from-pod"),
+                    "{t} request {n}: {body:?}"
+                );
             }
-            cri::remove_pod(&mut rt, &pod.id).await?;
-            Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        }
+        cri::remove_pod(&mut rt, &pod.id).await?;
+        Ok(())
+    })
 }

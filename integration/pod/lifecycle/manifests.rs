@@ -9,6 +9,7 @@ use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, NEEDS};
 use crate::support::pods::{self, BUSYBOX};
+use crate::support::Scenario;
 use crate::support::{block_on, trial};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -81,33 +82,34 @@ metadata: {{name: dep}}
 /// Files in `[pod] manifest_dir` are pods: added → created, changed → replaced (new uid),
 /// removed → deleted.
 fn static_pods() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    let dir = d.dir().join("manifests");
-    std::fs::create_dir_all(&dir)?;
-    let yaml = |cmd: &str| {
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: a, image: {BUSYBOX}, imagePullPolicy: Never, command: [sh, -c, {cmd:?}]}}\n"
-        )
-    };
-    std::fs::write(dir.join("static.yaml"), yaml("sleep 1000"))?;
-    let p = pods::wait_for(&d, "static", 30, "running", |p| pods::running(p, "a"))?;
-    let uid = p.metadata.uid.clone().unwrap_or_default();
-    let source = p
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("kubernetes.io/config.source").cloned());
-    ensure!(
-        source.as_deref() == Some("file"),
-        "config.source {source:?}"
-    );
-    std::fs::write(dir.join("static.yaml"), yaml("sleep 2000"))?;
-    pods::wait_for(&d, "static", 30, "replaced with a new uid", |p| {
-        p.metadata.uid.as_deref().is_some_and(|u| u != uid) && pods::running(p, "a")
-    })?;
-    std::fs::remove_file(dir.join("static.yaml"))?;
-    pods::wait_gone(&d, "static", 30)?;
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        let dir = d.dir().join("manifests");
+        std::fs::create_dir_all(&dir)?;
+        let yaml = |cmd: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: static}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: a, image: {BUSYBOX}, imagePullPolicy: Never, command: [sh, -c, {cmd:?}]}}\n"
+            )
+        };
+        std::fs::write(dir.join("static.yaml"), yaml("sleep 1000"))?;
+        let p = pods::wait_for(d, "static", 30, "running", |p| pods::running(p, "a"))?;
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let source = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kubernetes.io/config.source").cloned());
+        ensure!(
+            source.as_deref() == Some("file"),
+            "config.source {source:?}"
+        );
+        std::fs::write(dir.join("static.yaml"), yaml("sleep 2000"))?;
+        pods::wait_for(d, "static", 30, "replaced with a new uid", |p| {
+            p.metadata.uid.as_deref().is_some_and(|u| u != uid) && pods::running(p, "a")
+        })?;
+        std::fs::remove_file(dir.join("static.yaml"))?;
+        pods::wait_gone(d, "static", 30)?;
+        Ok(())
+    })
 }
 
 /// A sandbox made over CRI (as a kubelet would) survives the supervisor's resyncs; applying
@@ -149,46 +151,48 @@ fn cri_pods_untouched() -> Result<()> {
 /// Every manifest in examples/ does what its comment says: web, sidecar and grpc become Ready,
 /// crashloop crash-loops.
 fn examples() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    cri::import(&d, "grpc-health")?;
-    let dir = crate::support::repo_root().join("examples");
-    let out = pods::cli(&d, &["apply", "-f", &dir.to_string_lossy()])?;
-    for name in ["crashloop", "grpc", "sidecar", "web"] {
-        ensure!(
-            out.contains(&format!("pod/{name} created")),
-            "apply said:\n{out}"
-        );
-    }
-    for name in ["web", "sidecar", "grpc"] {
-        pods::wait_for(&d, name, 40, "Ready", |p| {
-            pods::condition(p, "Ready") == "True"
+    Scenario::supervisor(10).run_sync(|d| {
+        cri::import(d, "grpc-health")?;
+        let dir = crate::support::repo_root().join("examples");
+        let out = pods::cli(d, &["apply", "-f", &dir.to_string_lossy()])?;
+        for name in ["crashloop", "grpc", "sidecar", "web"] {
+            ensure!(
+                out.contains(&format!("pod/{name} created")),
+                "apply said:\n{out}"
+            );
+        }
+        for name in ["web", "sidecar", "grpc"] {
+            pods::wait_for(d, name, 40, "Ready", |p| {
+                pods::condition(p, "Ready") == "True"
+            })?;
+        }
+        let p = pods::wait_for(d, "crashloop", 40, "CrashLoopBackOff", |p| {
+            pods::restarts(p, "flaky") >= 1
+                && pods::waiting_reason(p, "flaky") == "CrashLoopBackOff"
         })?;
-    }
-    let p = pods::wait_for(&d, "crashloop", 40, "CrashLoopBackOff", |p| {
-        pods::restarts(p, "flaky") >= 1 && pods::waiting_reason(p, "flaky") == "CrashLoopBackOff"
-    })?;
-    ensure!(
-        pods::phase(&p) == "Running",
-        "crashloop phase {}",
-        pods::phase(&p)
-    );
-    let previous = pods::cli(&d, &["logs", "crashloop", "--previous"])?;
-    ensure!(
-        previous.contains("starting") && previous.contains("giving up"),
-        "{previous:?}"
-    );
-    let table = pods::cli(&d, &["get"])?;
-    let row: Vec<&str> = table
-        .lines()
-        .find(|l| l.starts_with("sidecar "))
-        .map(|l| l.split_whitespace().collect())
-        .unwrap_or_default();
-    ensure!(row.get(1..3) == Some(&["2/2", "Running"][..]), "{table}");
-    for name in ["crashloop", "grpc", "sidecar", "web"] {
-        pods::cli(&d, &["delete", name, "--grace-period", "2", "--wait=false"])?;
-    }
-    for name in ["crashloop", "grpc", "sidecar", "web"] {
-        pods::wait_gone(&d, name, 30)?;
-    }
-    cri::assert_clean(&d)
+        ensure!(
+            pods::phase(&p) == "Running",
+            "crashloop phase {}",
+            pods::phase(&p)
+        );
+        let previous = pods::cli(d, &["logs", "crashloop", "--previous"])?;
+        ensure!(
+            previous.contains("starting") && previous.contains("giving up"),
+            "{previous:?}"
+        );
+        let table = pods::cli(d, &["get"])?;
+        let row: Vec<&str> = table
+            .lines()
+            .find(|l| l.starts_with("sidecar "))
+            .map(|l| l.split_whitespace().collect())
+            .unwrap_or_default();
+        ensure!(row.get(1..3) == Some(&["2/2", "Running"][..]), "{table}");
+        for name in ["crashloop", "grpc", "sidecar", "web"] {
+            pods::cli(d, &["delete", name, "--grace-period", "2", "--wait=false"])?;
+        }
+        for name in ["crashloop", "grpc", "sidecar", "web"] {
+            pods::wait_gone(d, name, 30)?;
+        }
+        Ok(())
+    })
 }

@@ -7,6 +7,7 @@ use anyhow::{ensure, Context, Result};
 
 use crate::support::cri::{self, NEEDS};
 use crate::support::pods::{self, BUSYBOX};
+use crate::support::Scenario;
 use crate::support::{trial, Need};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -40,83 +41,82 @@ const PUNCTUAL: &[Need] = &[Need::Root, Need::Runc, Need::Images, Need::Punctual
 /// Never: exit 0 → Succeeded, exit 1 → Failed; OnFailure: exit 0 → Succeeded, exit 1 →
 /// restarted; Always: exit 0 → restarted. The termination message comes from the file.
 fn phases() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    for (name, policy, code) in [
-        ("never-ok", "Never", 0),
-        ("never-fail", "Never", 1),
-        ("onfailure-ok", "OnFailure", 0),
-        ("onfailure-fail", "OnFailure", 1),
-        ("always-ok", "Always", 0),
-    ] {
-        pods::apply(&d, &pods::one_shot(name, policy, code))?;
-    }
-    for (name, want) in [
-        ("never-ok", "Succeeded"),
-        ("never-fail", "Failed"),
-        ("onfailure-ok", "Succeeded"),
-    ] {
-        let p = pods::wait_for(&d, name, 30, want, |p| pods::phase(p) == want)?;
-        let t = pods::container(&p, "main")
-            .and_then(|c| c.state)
-            .and_then(|s| s.terminated)
-            .context("not terminated")?;
-        ensure!(
-            t.message.as_deref().map(str::trim) == Some("bye"),
-            "{name}: termination message {:?}",
-            t.message
-        );
-        ensure!(
-            pods::condition(&p, "Ready") == "False",
-            "{name} still Ready"
-        );
-    }
-    for name in ["onfailure-fail", "always-ok"] {
-        let p = pods::wait_for(&d, name, 30, "a restart", |p| {
-            pods::restarts(p, "main") >= 1
-        })?;
-        let ph = pods::phase(&p);
-        ensure!(
-            ph == "Running" || ph == "Pending",
-            "{name}: phase {ph} while restarting"
-        );
-        let last = pods::container(&p, "main")
-            .and_then(|c| c.last_state)
-            .and_then(|s| s.terminated)
-            .context("no lastState.terminated")?;
-        ensure!(
-            last.finished_at.is_some() && last.started_at.is_some(),
-            "{last:?}"
-        );
-    }
-    for name in [
-        "never-ok",
-        "never-fail",
-        "onfailure-ok",
-        "onfailure-fail",
-        "always-ok",
-    ] {
-        pods::cli(
-            &d,
-            &[
-                "delete",
-                name,
-                "--wait=false",
-                "--grace-period",
-                "0",
-                "--force",
-            ],
-        )?;
-    }
-    for name in [
-        "never-ok",
-        "never-fail",
-        "onfailure-ok",
-        "onfailure-fail",
-        "always-ok",
-    ] {
-        pods::wait_gone(&d, name, 30)?;
-    }
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        for (name, policy, code) in [
+            ("never-ok", "Never", 0),
+            ("never-fail", "Never", 1),
+            ("onfailure-ok", "OnFailure", 0),
+            ("onfailure-fail", "OnFailure", 1),
+            ("always-ok", "Always", 0),
+        ] {
+            pods::apply(d, &pods::one_shot(name, policy, code))?;
+        }
+        for (name, want) in [
+            ("never-ok", "Succeeded"),
+            ("never-fail", "Failed"),
+            ("onfailure-ok", "Succeeded"),
+        ] {
+            let p = pods::wait_for(d, name, 30, want, |p| pods::phase(p) == want)?;
+            let t = pods::container(&p, "main")
+                .and_then(|c| c.state)
+                .and_then(|s| s.terminated)
+                .context("not terminated")?;
+            ensure!(
+                t.message.as_deref().map(str::trim) == Some("bye"),
+                "{name}: termination message {:?}",
+                t.message
+            );
+            ensure!(
+                pods::condition(&p, "Ready") == "False",
+                "{name} still Ready"
+            );
+        }
+        for name in ["onfailure-fail", "always-ok"] {
+            let p = pods::wait_for(d, name, 30, "a restart", |p| pods::restarts(p, "main") >= 1)?;
+            let ph = pods::phase(&p);
+            ensure!(
+                ph == "Running" || ph == "Pending",
+                "{name}: phase {ph} while restarting"
+            );
+            let last = pods::container(&p, "main")
+                .and_then(|c| c.last_state)
+                .and_then(|s| s.terminated)
+                .context("no lastState.terminated")?;
+            ensure!(
+                last.finished_at.is_some() && last.started_at.is_some(),
+                "{last:?}"
+            );
+        }
+        for name in [
+            "never-ok",
+            "never-fail",
+            "onfailure-ok",
+            "onfailure-fail",
+            "always-ok",
+        ] {
+            pods::cli(
+                d,
+                &[
+                    "delete",
+                    name,
+                    "--wait=false",
+                    "--grace-period",
+                    "0",
+                    "--force",
+                ],
+            )?;
+        }
+        for name in [
+            "never-ok",
+            "never-fail",
+            "onfailure-ok",
+            "onfailure-fail",
+            "always-ok",
+        ] {
+            pods::wait_gone(d, name, 30)?;
+        }
+        Ok(())
+    })
 }
 
 /// A container that always fails is restarted after 1, 2, 4 s, then every 4 s (the configured
