@@ -7,6 +7,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=hack/apt-mirror.sh
+. "$ROOT/hack/apt-mirror.sh"
 
 PACKAGES=(
   build-essential pkg-config curl ca-certificates git
@@ -43,13 +45,14 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${PAC
 qemu_suite=()
 if dpkg-query -W -f '${Version}' qemu-utils 2>/dev/null | grep -q '~bpo'; then
   qemu_suite=(-t bookworm-backports)
-  # A machine can carry backports' qemu-utils without the suite in its sources: add it (Debian's
-  # own mirror, the same keyring) so qemu-system-x86 can match it.
+  # A machine can carry backports' qemu-utils without the suite in its sources: add it (the
+  # mirror its bookworm entry uses, the same keyring) so qemu-system-x86 can match it.
   if ! apt-cache policy 2>/dev/null | grep -q 'bookworm-backports'; then
-    echo "setup: adding bookworm-backports to apt's sources for qemu-system-x86"
-    cat >/etc/apt/sources.list.d/bosun-backports.sources <<'SRC'
+    mirror=$(debian_mirror bookworm) || { echo "setup: cannot add bookworm-backports" >&2; exit 1; }
+    echo "setup: adding bookworm-backports ($mirror) to apt's sources for qemu-system-x86"
+    cat >/etc/apt/sources.list.d/bosun-backports.sources <<SRC
 Types: deb
-URIs: http://deb.debian.org/debian
+URIs: $mirror
 Suites: bookworm-backports
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg

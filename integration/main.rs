@@ -19,7 +19,10 @@ mod cgroups;
 mod crash;
 mod cri;
 mod daemon;
+mod disk_full;
+mod disk_records;
 mod images;
+mod images_flaky;
 mod images_hostile;
 mod kubectl;
 mod monitor;
@@ -37,7 +40,10 @@ trials! {
     sessions,
     crash,
     daemon,
+    disk_full,
+    disk_records,
     images,
+    images_flaky,
     images_hostile,
     kubectl,
     monitor,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use bosun::oci::{
-    launch_monitor, ContainerExit, ExecOutput, ExitWatcher, Launched, MonitorArgs, OciRuntime,
-    Runc, EXEC_OUTPUT_CAP,
+    launch_monitor, ContainerExit, ExecOutput, ExitWatcher, Launched, MonitorArgs, MonitorLaunch,
+    OciRuntime, Runc, EXEC_OUTPUT_CAP,
 };
 use serde_json::json;
 
@@ -274,7 +274,7 @@ impl Fixture {
 
     async fn launch(&self) -> Result<Launched> {
         let d = self.dir.path();
-        let mut args = MonitorArgs::new(
+        let args = MonitorArgs::new(
             &self.id,
             self.bundle(),
             &self.runc.binary,
@@ -282,8 +282,11 @@ impl Fixture {
             d.join("logs/0.log"),
             self.exit_file(),
         );
-        args.program = Some(PathBuf::from(env!("CARGO_BIN_EXE_bosun")));
-        Ok(launch_monitor(&args).await?)
+        let launch = MonitorLaunch {
+            program: Some(PathBuf::from(env!("CARGO_BIN_EXE_bosun"))),
+            ..MonitorLaunch::new(args)
+        };
+        Ok(launch_monitor(&launch).await?)
     }
 
     async fn running(&self) -> Result<Launched> {

@@ -21,6 +21,10 @@ pub enum ErrorKind {
     DeadlineExceeded,
     /// A limit was hit (layer size, entry count).
     ResourceExhausted,
+    /// A file system or disk quota is full (ENOSPC, EDQUOT): ResourceExhausted on the wire,
+    /// told apart so that writers can name the file system and callers can tell a full disk
+    /// from other limits.
+    NoSpace,
     /// The RPC is not implemented by this runtime.
     Unimplemented,
     /// Anything else: I/O failures, corrupt state, bugs.
@@ -103,12 +107,26 @@ impl std::error::Error for Error {}
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
+        if let Some(full) = no_space(&e) {
+            return Error::new(ErrorKind::NoSpace, full);
+        }
         let kind = match e.kind() {
             std::io::ErrorKind::NotFound => ErrorKind::NotFound,
             std::io::ErrorKind::TimedOut => ErrorKind::DeadlineExceeded,
             _ => ErrorKind::Internal,
         };
         Error::new(kind, e.to_string())
+    }
+}
+
+/// What a full-disk error says (`no space left on device`, `disk quota exceeded`); None for
+/// other errors. By kind too: wrappers such as the tar crate's keep the kind, not the errno.
+pub fn no_space(e: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind as K;
+    match (e.raw_os_error(), e.kind()) {
+        (Some(libc::ENOSPC), _) | (_, K::StorageFull) => Some("no space left on device"),
+        (Some(libc::EDQUOT), _) | (_, K::QuotaExceeded) => Some("disk quota exceeded"),
+        _ => None,
     }
 }
 
@@ -248,5 +266,20 @@ mod tests {
     fn io_not_found_maps_to_not_found() {
         let e: Error = std::io::Error::from(std::io::ErrorKind::NotFound).into();
         assert_eq!(e.kind(), ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn full_disks_and_quotas_are_no_space_whatever_wraps_them() {
+        let enospc: Error = std::io::Error::from_raw_os_error(libc::ENOSPC).into();
+        assert_eq!(enospc.kind(), ErrorKind::NoSpace);
+        assert_eq!(enospc.to_string(), "no space left on device");
+        let edquot: Error = std::io::Error::from_raw_os_error(libc::EDQUOT).into();
+        assert_eq!(edquot.kind(), ErrorKind::NoSpace);
+        assert_eq!(edquot.to_string(), "disk quota exceeded");
+        // The tar crate's errors: the kind kept, the errno gone.
+        let wrapped = std::io::Error::new(std::io::ErrorKind::StorageFull, "failed to unpack");
+        assert_eq!(Error::from(wrapped).kind(), ErrorKind::NoSpace);
+        let other: Error = std::io::Error::from_raw_os_error(libc::EIO).into();
+        assert_eq!(other.kind(), ErrorKind::Internal);
     }
 }

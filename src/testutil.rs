@@ -1,4 +1,4 @@
-//! Helpers shared by unit tests: stand-in executables that never fail with ETXTBSY.
+//! Helpers shared by unit tests: stand-in executables that never fail with ETXTBSY, small full file systems.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -32,5 +32,54 @@ pub(crate) fn script(path: &Path, text: &str) {
             }
             Err(e) => panic!("{}: {e}", path.display()),
         }
+    }
+}
+
+/// A tmpfs of a few pages on a temp dir (root only), unmounted on drop: a file system to fill.
+pub(crate) struct SmallTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallTmpfs {
+    /// Mounts a tmpfs of `kib` KiB; None (the caller skips, saying why) when not root.
+    pub(crate) fn new(test: &str, kib: u64) -> Option<SmallTmpfs> {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIP {test}: needs root (mounts a tmpfs)");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = std::ffi::CString::new(format!("size={kib}k")).expect("options");
+        rustix::mount::mount(
+            "none",
+            dir.path(),
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            data.as_c_str(),
+        )
+        .expect("mount a tmpfs");
+        Some(SmallTmpfs { dir })
+    }
+
+    /// Its mount point.
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `filler` until the file system is full (the last write a short one).
+    pub(crate) fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.path().join("filler")).expect("filler");
+        while f.write(&[0u8; 1024]).is_ok_and(|n| n > 0) {}
+    }
+
+    /// Deletes `filler`.
+    pub(crate) fn free(&self) {
+        std::fs::remove_file(self.path().join("filler")).expect("remove filler");
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = rustix::mount::unmount(self.dir.path(), rustix::mount::UnmountFlags::DETACH);
     }
 }

@@ -5,14 +5,17 @@
 # (rootfs.img, vmlinuz, initrd.img). The cache key is this script and the guest files, so a
 # change to either builds a new image; older images are removed after a successful build.
 #
-# Env: BOSUN_VM_CACHE (default /var/cache/bosun-vm), BOSUN_VM_MIRROR (default
-# http://deb.debian.org/debian), TMPDIR for the build's scratch (default /var/tmp).
+# Env: BOSUN_VM_CACHE (default /var/cache/bosun-vm), BOSUN_VM_MIRROR and
+# BOSUN_VM_SECURITY_MIRROR (default: the URIs this machine's apt sources give for bookworm and
+# bookworm-security), TMPDIR for the build's scratch (default /var/tmp).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/apt-mirror.sh
+. "$HERE/../apt-mirror.sh"
 CACHE="${BOSUN_VM_CACHE:-/var/cache/bosun-vm}"
-MIRROR="${BOSUN_VM_MIRROR:-http://deb.debian.org/debian}"
-SECURITY="${BOSUN_VM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+MIRROR="${BOSUN_VM_MIRROR:-}"
+SECURITY="${BOSUN_VM_SECURITY_MIRROR:-}"
 
 # What the integration tests use inside the guest (the same roles as hack/setup.sh's list).
 PACKAGES=(
@@ -22,6 +25,9 @@ PACKAGES=(
   docker-registry apache2-utils openssl python3
   busybox psmisc procps util-linux mount attr tar zstd ca-certificates
   e2fsprogs   # mkfs.ext4: the tests that freeze a loop-mounted file system (Need::Freeze)
+  crun        # the second runtime handler (issue 29)
+  criu        # checkpoint/restore (issue 29): criu check passes on the guest's 6.1 kernel
+  podman catatonit uidmap fuse-overlayfs slirp4netns   # kind-style node containers (issue 27)
 )
 
 die() { echo "vm image: $*" >&2; exit 1; }
@@ -45,6 +51,11 @@ if [ -f "$out/ok" ]; then
   exit 0
 fi
 
+# Read only when building: a cached image needs no mirror.
+[ -n "$MIRROR" ] || MIRROR=$(debian_mirror bookworm) || die "set BOSUN_VM_MIRROR"
+[ -n "$SECURITY" ] || SECURITY=$(debian_mirror bookworm-security) ||
+  die "set BOSUN_VM_SECURITY_MIRROR"
+
 # Only the cache directory goes to stdout (the caller captures it); the build's chatter
 # (mmdebstrap, mke2fs) goes to stderr.
 exec 3>&1 1>&2
@@ -57,6 +68,7 @@ echo "vm image: building $key in $scratch (mmdebstrap, a few minutes)" >&2
 include=$(IFS=,; echo "${PACKAGES[*]}")
 # A tiny initrd (only what finding the root disk needs: faster to load and unpack under TCG);
 # the services the lane has no use for are masked (each costs seconds under TCG).
+# podman (kind-node lane) keeps its network config out of /etc/cni/net.d, which bosun reads.
 mmdebstrap --mode=root --variant=apt --include="$include" \
   --aptopt='Acquire::Retries "3"' \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
@@ -71,6 +83,9 @@ mmdebstrap --mode=root --variant=apt --include="$include" \
   --customize-hook='chroot "$1" systemctl mask serial-getty@ttyS0.service getty@tty1.service \
       docker-registry.service e2scrub_reap.service e2scrub_all.timer apt-daily.timer apt-daily-upgrade.timer \
       man-db.timer fstrim.timer dpkg-db-backup.timer systemd-timesyncd.service' \
+  --customize-hook='chroot "$1" systemctl mask podman.socket podman-restart.service podman-auto-update.timer' \
+  --customize-hook='mkdir -p "$1/etc/containers/net.d" && mv "$1"/etc/cni/net.d/*podman* "$1/etc/containers/net.d/"' \
+  --customize-hook='printf "[network]\nnetwork_config_dir = \"/etc/containers/net.d\"\n" > "$1/etc/containers/containers.conf"' \
   --customize-hook='echo bosun-vm > "$1/etc/hostname"' \
   --customize-hook='printf "127.0.1.1\tbosun-vm\n" >> "$1/etc/hosts"' \
   --customize-hook='echo "/dev/vda / ext4 rw,noatime 0 0" > "$1/etc/fstab"' \

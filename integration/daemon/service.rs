@@ -39,6 +39,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             &[Need::Root],
             bad_config_is_refused_with_the_key,
         ),
+        trial(
+            "daemon::bad_node_config_is_refused_before_anything_is_made",
+            &[Need::Root],
+            bad_node_config_is_refused_before_anything_is_made,
+        ),
     ]
 }
 
@@ -244,5 +249,41 @@ fn bad_config_is_refused_with_the_key() -> anyhow::Result<()> {
         err.contains("sockett") && err.contains("config.toml"),
         "{err}"
     );
+    Ok(())
+}
+
+/// Issue 26: `[node]` is checked when the config is read, not when the supervisor opens after
+/// the locks, recovery and the streaming server: the daemon leaves no trace.
+fn bad_node_config_is_refused_before_anything_is_made() -> anyhow::Result<()> {
+    let dir = crate::support::scratch()?;
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "[node]\nkube_reserved = { memory = \"lots\" }\n")?;
+    let (root, state, socket) = (
+        dir.path().join("root"),
+        dir.path().join("state"),
+        dir.path().join("bosun.sock"),
+    );
+    let out = std::process::Command::new(crate::support::daemon::BOSUN)
+        .arg("--socket")
+        .arg(&socket)
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .arg("--root")
+        .arg(&root)
+        .arg("--state")
+        .arg(&state)
+        .output()?;
+    ensure!(
+        !out.status.success(),
+        "a bad [node] key must stop the daemon"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        err.contains("[node] kube_reserved.memory") && err.contains("config.toml"),
+        "{err}"
+    );
+    for made in [&root, &state, &socket] {
+        ensure!(!made.exists(), "{} was made: {err}", made.display());
+    }
     Ok(())
 }

@@ -4,6 +4,7 @@ pub mod cgroup;
 pub mod crash;
 pub mod cri;
 pub mod daemon;
+pub mod fault_proxy;
 pub mod images;
 pub mod inproc;
 pub mod leaks;
@@ -75,11 +76,8 @@ fn userns_unsupported() -> Option<String> {
         if !rustix::process::geteuid().is_root() {
             return Some("needs root".into());
         }
-        bosun::oci::features::probe_user_namespaces(
-            Path::new("/proc/self/exe"),
-            Path::new("/var/tmp"),
-        )
-        .err()
+        bosun::oci::host::probe_user_namespaces(Path::new("/proc/self/exe"), Path::new("/var/tmp"))
+            .err()
     })
     .clone()
 }
@@ -103,7 +101,7 @@ fn tmpfs_idmap_unsupported() -> Option<String> {
             Ok(tmpfs) => tmpfs,
             Err(e) => return Some(e.to_string()),
         };
-        let why = bosun::oci::features::probe_user_namespaces(
+        let why = bosun::oci::host::probe_user_namespaces(
             Path::new("/proc/self/exe"),
             &tmpfs.dir.join("tmpfs"),
         )

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
-use crate::cri::status::{reply, to_status};
+use crate::cri::errors::{reply, to_status};
 use crate::error::Error;
 use crate::image::import::{import, ImportOptions};
 use crate::image::index::ImageRecord;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::cri::status::to_status;
+use crate::cri::errors::to_status;
 use crate::error::Error;
 use crate::pod::api::{self, PodService, WatchKind};
 use crate::proto::bosun::v1 as pb;

@@ -16,7 +16,7 @@ use std::process::Command;
 
 use super::path::expand_slice;
 use super::Version;
-use crate::config::CgroupDriver;
+use crate::cgroups::CgroupDriver;
 
 /// A cgroup's name: its components below the hierarchy's root.
 pub type Name = Vec<String>;

@@ -5,6 +5,7 @@
 //! missing or unreadable (the container just exited, a controller is not mounted) leaves its
 //! part of [`Stats`] empty, so a caller always gets whatever could be read.
 
+mod driver;
 pub mod hierarchy;
 mod parse;
 pub mod path;
@@ -20,6 +21,7 @@ mod v2_tests;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use driver::CgroupDriver;
 pub use path::{container_dir, parent_dir};
 pub use v1::V1;
 pub use v2::V2;

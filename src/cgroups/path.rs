@@ -1,6 +1,6 @@
 //! Where a container's or pod's cgroup lives in the hierarchy, for the cgroupfs and systemd drivers.
 
-use crate::config::CgroupDriver;
+use crate::cgroups::CgroupDriver;
 
 /// The cgroup directory of a container created with `linux.cgroupsPath` `cgroups_path`
 /// (see [`crate::oci::cgroups_path`]): cgroupfs paths are used as they are; systemd's

@@ -75,31 +75,31 @@ pub struct DaemonArgs {
 }
 
 impl DaemonArgs {
-    /// The config file merged with these flags.
+    /// The config file merged with these flags, checked (a bad key or flag is refused here).
     pub fn resolve(&self, socket: Option<PathBuf>) -> crate::Result<Config> {
-        let mut c = Config::load(self.config.as_deref())?;
-        if let Some(s) = socket {
-            c.socket = s;
-        }
-        if let Some(v) = &self.root {
-            c.root = v.clone();
-        }
-        if let Some(v) = &self.state {
-            c.state = v.clone();
-        }
-        if let Some(v) = &self.runtime {
-            c.runtime = v.clone();
-        }
-        if let Some(v) = self.cgroup_driver {
-            c.cgroup_driver = v;
-        }
-        if let Some(v) = &self.log_level {
-            c.log_level = v.clone();
-        }
-        if let Some(v) = self.log_format {
-            c.log_format = v;
-        }
-        Ok(c)
+        Config::load(self.config.as_deref(), |c| {
+            if let Some(s) = socket {
+                c.socket = s;
+            }
+            if let Some(v) = &self.root {
+                c.root = v.clone();
+            }
+            if let Some(v) = &self.state {
+                c.state = v.clone();
+            }
+            if let Some(v) = &self.runtime {
+                c.runtime = v.clone();
+            }
+            if let Some(v) = self.cgroup_driver {
+                c.cgroup_driver = v;
+            }
+            if let Some(v) = &self.log_level {
+                c.log_level = v.clone();
+            }
+            if let Some(v) = self.log_format {
+                c.log_format = v;
+            }
+        })
     }
 }
 

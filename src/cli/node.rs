@@ -112,7 +112,7 @@ pub fn describe(v: &api::NodeView, now: i64) -> anyhow::Result<String> {
     let quantity = |k: &str| {
         alloc
             .get(k)
-            .and_then(|q| crate::pod::quantity::parse(&q.0))
+            .and_then(|q| crate::config::quantity::parse(&q.0))
             .unwrap_or(0.0)
     };
     let (cpu_alloc, mem_alloc) = ((quantity("cpu") * 1000.0) as i64, quantity("memory") as i64);

@@ -1,12 +1,11 @@
 //! CRI ImageService: ListImages, StreamImages, ImageStatus, PullImage, RemoveImage, ImageFsInfo.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use tonic::{Request, Response, Status};
+use tonic::Request;
 
-use crate::cri::status::{reply, to_status};
+use crate::cri::rpc::{list, serve, stream, Pages, Reply};
 use crate::error::{Error, Result};
 use crate::image::index::ImageRecord;
 use crate::image::registry::Credentials;
@@ -124,61 +123,50 @@ impl CriImages {
     }
 }
 
-type ImageStream =
-    Pin<Box<dyn futures::Stream<Item = Result<pb::StreamImagesResponse, Status>> + Send>>;
-
-/// Images per StreamImages message.
-const STREAM_PAGE: usize = 256;
-
 #[tonic::async_trait]
 impl ImageService for CriImages {
     async fn list_images(
         &self,
         req: Request<pb::ListImagesRequest>,
-    ) -> Result<Response<pb::ListImagesResponse>, Status> {
-        let images = self.filtered(req.into_inner().filter);
-        Ok(Response::new(pb::ListImagesResponse { images }))
+    ) -> Reply<pb::ListImagesResponse> {
+        let filter = req.into_inner().filter;
+        list("ListImages", async { Ok(self.filtered(filter)) }).await
     }
 
-    type StreamImagesStream = ImageStream;
+    type StreamImagesStream = Pages<pb::StreamImagesResponse>;
 
     async fn stream_images(
         &self,
         req: Request<pb::StreamImagesRequest>,
-    ) -> Result<Response<ImageStream>, Status> {
-        let images = self.filtered(req.into_inner().filter);
-        let pages: Vec<_> = images
-            .chunks(STREAM_PAGE)
-            .map(|c| Ok(pb::StreamImagesResponse { images: c.to_vec() }))
-            .collect();
-        Ok(Response::new(Box::pin(futures::stream::iter(pages))))
+    ) -> Reply<Self::StreamImagesStream> {
+        let filter = req.into_inner().filter;
+        stream("StreamImages", async { Ok(self.filtered(filter)) }).await
     }
 
     async fn image_status(
         &self,
         req: Request<pb::ImageStatusRequest>,
-    ) -> Result<Response<pb::ImageStatusResponse>, Status> {
+    ) -> Reply<pb::ImageStatusResponse> {
         let req = req.into_inner();
-        let key = image_key(req.image.as_ref()).map_err(|e| to_status("ImageStatus", e))?;
-        // CRI: an absent image is an empty response, not an error.
-        let resp = match self.images.lookup(key) {
-            Some(r) => pb::ImageStatusResponse {
-                image: Some(image_to_proto(&r)),
-                info: if req.verbose {
-                    Self::verbose_info(&r)
-                } else {
-                    HashMap::new()
+        let r = async {
+            let key = image_key(req.image.as_ref())?;
+            // CRI: an absent image is an empty response, not an error.
+            Ok(match self.images.lookup(key) {
+                Some(r) => pb::ImageStatusResponse {
+                    image: Some(image_to_proto(&r)),
+                    info: if req.verbose {
+                        Self::verbose_info(&r)
+                    } else {
+                        HashMap::new()
+                    },
                 },
-            },
-            None => pb::ImageStatusResponse::default(),
+                None => pb::ImageStatusResponse::default(),
+            })
         };
-        Ok(Response::new(resp))
+        serve("ImageStatus", r).await
     }
 
-    async fn pull_image(
-        &self,
-        req: Request<pb::PullImageRequest>,
-    ) -> Result<Response<pb::PullImageResponse>, Status> {
+    async fn pull_image(&self, req: Request<pb::PullImageRequest>) -> Reply<pb::PullImageResponse> {
         let req = req.into_inner();
         let r = async {
             let key = image_key(req.image.as_ref())?;
@@ -187,25 +175,25 @@ impl ImageService for CriImages {
                 image_ref: rec.id.to_string(),
             })
         };
-        reply("PullImage", r.await)
+        serve("PullImage", r).await
     }
 
     async fn remove_image(
         &self,
         req: Request<pb::RemoveImageRequest>,
-    ) -> Result<Response<pb::RemoveImageResponse>, Status> {
+    ) -> Reply<pb::RemoveImageResponse> {
         let req = req.into_inner();
         let r = async {
             self.images.remove(image_key(req.image.as_ref())?).await?;
             Ok(pb::RemoveImageResponse {})
         };
-        reply("RemoveImage", r.await)
+        serve("RemoveImage", r).await
     }
 
     async fn image_fs_info(
         &self,
         _req: Request<pb::ImageFsInfoRequest>,
-    ) -> Result<Response<pb::ImageFsInfoResponse>, Status> {
+    ) -> Reply<pb::ImageFsInfoResponse> {
         let r = async {
             Ok(pb::ImageFsInfoResponse {
                 image_filesystems: vec![fs_usage(self.images.image_fs_usage())],
@@ -213,7 +201,7 @@ impl ImageService for CriImages {
                 container_filesystems: vec![fs_usage(self.images.container_fs_usage().await?)],
             })
         };
-        reply("ImageFsInfo", r.await)
+        serve("ImageFsInfo", r).await
     }
 }
 

@@ -49,8 +49,9 @@ fn resolve_runtime(config: &mut Config) {
 /// (systemd's `$NOTIFY_SOCKET`, see [`notify`]) hears `READY=1` once the socket serves.
 pub async fn run(mut config: Config, notifier: Option<notify::Notifier>) -> Result<()> {
     resolve_runtime(&mut config);
+    // Before any lock: what the config needs of this host (its values were checked at load).
+    config.check_host()?;
     let config = Arc::new(config);
-    check_cgroup_driver(&config)?;
     // Handlers first: a SIGTERM that arrives once the socket exists must be a clean shutdown,
     // never the default action.
     let (mut term, mut int) = (
@@ -201,26 +202,6 @@ fn arm_failpoints() -> Result<()> {
     }
     Ok(())
 }
-
-/// The cgroup settings, refused at start with the reason rather than at the first container:
-/// the default parent must suit the driver, and the systemd driver needs systemd as init
-/// (runc creates each container's scope through it).
-fn check_cgroup_driver(config: &Config) -> Result<()> {
-    crate::cgroups::path::check_parent(config.cgroup_driver, &config.default_cgroup_parent)
-        .map_err(|e| Error::invalid(format!("config: default_cgroup_parent {e}")))?;
-    if config.cgroup_driver == crate::config::CgroupDriver::Systemd
-        && !std::path::Path::new(SYSTEMD_RUNNING).exists()
-    {
-        return Err(Error::invalid(format!(
-            "cgroup_driver = \"systemd\" needs systemd as init ({SYSTEMD_RUNNING} is missing); \
-             use cgroup_driver = \"cgroupfs\" on this host"
-        )));
-    }
-    Ok(())
-}
-
-/// Exists while systemd is the init system (sd_booted(3)).
-const SYSTEMD_RUNNING: &str = "/run/systemd/system";
 
 /// Starts the `/metrics` endpoint when `metrics_address` is set.
 async fn serve_metrics(

@@ -1,26 +1,31 @@
 //! Content-addressed blob store: blobs become visible only after their digest and size are verified.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::image::digest::{Digest, Hasher};
 use crate::store::atomic;
+use crate::store::space::NameFs;
 
 /// Manifests and configs larger than this are refused when read whole.
 pub const MAX_SMALL_BLOB: u64 = 8 << 20;
 
-/// Blobs under `<root>/blobs/sha256/<hex>`, in-progress writes under `<root>/ingest/`.
+/// Blobs under `<root>/blobs/sha256/<hex>`; scratch writes (manifests, imports) under
+/// `<root>/ingest/`; registry downloads under `<root>/partial/<hex>`, kept when interrupted so
+/// the next pull resumes them (issue 28 item 3).
 #[derive(Debug, Clone)]
 pub struct ContentStore {
     root: PathBuf,
 }
 
 impl ContentStore {
-    /// Opens (creating) the store at `root` and discards ingests a crash left behind.
+    /// Opens (creating) the store at `root` and discards the scratch writes a crash left
+    /// behind; interrupted downloads stay for [`ContentStore::resume`].
     pub fn open(root: &Path) -> Result<Self> {
-        for d in ["blobs/sha256", "ingest"] {
+        for d in ["blobs/sha256", "ingest", "partial"] {
             fs::create_dir_all(root.join(d))
                 .ctx(|| format!("create {}", root.join(d).display()))?;
         }
@@ -91,7 +96,8 @@ impl ContentStore {
             .write(true)
             .create_new(true)
             .open(&path)
-            .ctx(|| format!("blob {expected}: create ingest file"))?;
+            .ctx(|| format!("blob {expected}: create ingest file"))
+            .name_fs(&path)?;
         Ok(Ingest {
             file: Some(file),
             path,
@@ -100,7 +106,83 @@ impl ContentStore {
             size,
             written: 0,
             hasher: Hasher::new(),
+            resumable: false,
         })
+    }
+
+    /// Where an interrupted download of blob `d` is kept.
+    fn partial_path(&self, d: &Digest) -> PathBuf {
+        self.root.join("partial").join(d.hex())
+    }
+
+    /// Opens the download of blob `expected` (`size` bytes) where an earlier one stopped: the
+    /// bytes it stored are hashed again and writing goes on after them. Blocking (reads the
+    /// partial file). Dropped uncommitted, the ingest keeps its bytes for the next resume,
+    /// unless [`Ingest::restart`] dropped them or [`Ingest::commit`] found them wrong.
+    pub fn resume(&self, expected: &Digest, size: u64) -> Result<Ingest> {
+        let path = self.partial_path(expected);
+        let what = || format!("blob {expected}: partial download {}", path.display());
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .ctx(what)?;
+        let len = file.metadata().ctx(what)?.len();
+        let mut hasher = Hasher::new();
+        let mut written = 0u64;
+        if len <= size {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut from = (&file).take(len);
+            loop {
+                let n = from.read(&mut buf).ctx(what)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                written += n as u64;
+            }
+        }
+        if written != len {
+            // Longer than the blob: not a prefix of it.
+            (hasher, written) = (Hasher::new(), 0);
+        }
+        file.set_len(written).ctx(what)?;
+        file.seek(SeekFrom::Start(written)).ctx(what)?;
+        Ok(Ingest {
+            file: Some(file),
+            path,
+            target: self.blob_path(expected),
+            expected: expected.clone(),
+            size: Some(size),
+            written,
+            hasher,
+            resumable: true,
+        })
+    }
+
+    /// Removes interrupted downloads last written more than `grace` ago, and those of blobs
+    /// stored since; the number removed.
+    pub fn remove_stale_partials(&self, grace: Duration) -> usize {
+        let Ok(rd) = fs::read_dir(self.root.join("partial")) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stored = Digest::parse(&format!("sha256:{name}")).is_ok_and(|d| self.contains(&d));
+            let stale = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_none_or(|age| age > grace);
+            if (stored || stale) && fs::remove_file(e.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
     }
 
     /// Removes blob `d`; absent is fine.
@@ -134,7 +216,8 @@ impl ContentStore {
 }
 
 /// A blob being written: hashed as it goes, renamed into place only when digest and size match.
-/// Dropping it without commit removes the partial file.
+/// Dropping it without commit removes the partial file, unless it is a resumable download
+/// ([`ContentStore::resume`]) that holds some bytes.
 pub struct Ingest {
     file: Option<File>,
     path: PathBuf,
@@ -143,6 +226,7 @@ pub struct Ingest {
     size: Option<u64>,
     written: u64,
     hasher: Hasher,
+    resumable: bool,
 }
 
 impl Ingest {
@@ -164,6 +248,7 @@ impl Ingest {
             .ok_or_else(|| Error::internal("ingest already closed"))?;
         file.write_all(chunk)
             .ctx(|| format!("blob {}: write", self.expected))
+            .name_fs(&self.path)
     }
 
     /// Bytes written so far.
@@ -171,8 +256,23 @@ impl Ingest {
         self.written
     }
 
-    /// Verifies size and digest, makes the blob durable and visible.
-    pub fn commit(mut self) -> Result<()> {
+    /// Drops what was written so far: writing starts again at byte 0 (a registry that
+    /// ignored a range, or sent bytes that do not hash to the digest).
+    pub fn restart(&mut self) -> Result<()> {
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| Error::internal("ingest already closed"))?;
+        file.set_len(0)
+            .and_then(|()| file.seek(SeekFrom::Start(0)).map(drop))
+            .ctx(|| format!("blob {}: truncate", self.expected))?;
+        self.written = 0;
+        self.hasher = Hasher::new();
+        Ok(())
+    }
+
+    /// Checks size and digest of what was written, without committing.
+    pub fn verify(&self) -> Result<()> {
         if let Some(size) = self.size {
             if self.written != size {
                 return Err(Error::invalid(format!(
@@ -181,21 +281,34 @@ impl Ingest {
                 )));
             }
         }
-        let got = std::mem::take(&mut self.hasher).finish();
+        let got = self.hasher.clone().finish();
         if got != self.expected {
             return Err(Error::invalid(format!(
                 "blob {}: digest mismatch, content hashes to {got}",
                 self.expected
             )));
         }
+        Ok(())
+    }
+
+    /// Verifies size and digest, makes the blob durable and visible.
+    pub fn commit(mut self) -> Result<()> {
+        if let Err(e) = self.verify() {
+            // Bytes that do not make the blob are no start for another download.
+            self.resumable = false;
+            return Err(e);
+        }
         let file = self
             .file
             .take()
             .ok_or_else(|| Error::internal("ingest already closed"))?;
         file.sync_all()
-            .ctx(|| format!("blob {}: fsync", self.expected))?;
+            .ctx(|| format!("blob {}: fsync", self.expected))
+            .name_fs(&self.path)?;
         drop(file);
-        fs::rename(&self.path, &self.target).ctx(|| format!("blob {}: commit", self.expected))?;
+        fs::rename(&self.path, &self.target)
+            .ctx(|| format!("blob {}: commit", self.expected))
+            .name_fs(&self.target)?;
         atomic::sync_parent(&self.target)
     }
 }
@@ -203,7 +316,9 @@ impl Ingest {
 impl Drop for Ingest {
     fn drop(&mut self) {
         // Committed ingests were renamed away; this only removes abandoned partial files.
-        let _ = fs::remove_file(&self.path);
+        if !self.resumable || self.written == 0 || self.file.is_none() {
+            let _ = fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -230,6 +345,107 @@ mod tests {
             fs::read_dir(dir.path().join("ingest")).expect("ls").count(),
             0
         );
+    }
+
+    #[test]
+    fn a_resumed_ingest_hashes_again_what_was_stored_and_goes_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cs = ContentStore::open(dir.path()).expect("open");
+        let d = Digest::of(b"hello world");
+        let mut w = cs.resume(&d, 11).expect("resume");
+        w.write(b"hello ").expect("write");
+        drop(w);
+        // Kept across a restart of the store, unlike scratch ingests.
+        let cs = ContentStore::open(dir.path()).expect("reopen");
+        let mut w = cs.resume(&d, 11).expect("resume again");
+        assert_eq!(w.written(), 6);
+        w.write(b"world").expect("write");
+        w.commit().expect("commit");
+        assert_eq!(cs.read(&d).expect("read"), b"hello world");
+        assert_eq!(
+            fs::read_dir(dir.path().join("partial"))
+                .expect("ls")
+                .count(),
+            0
+        );
+    }
+
+    #[test]
+    fn restart_and_failed_verification_leave_no_partial_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cs = ContentStore::open(dir.path()).expect("open");
+        let d = Digest::of(b"abcd");
+        let partial = dir.path().join("partial").join(d.hex());
+        // Longer than the blob: not a prefix of it, so the resume starts at 0.
+        fs::write(&partial, b"abcdef").expect("write");
+        let mut w = cs.resume(&d, 4).expect("resume");
+        assert_eq!(w.written(), 0);
+        w.write(b"abXX").expect("write");
+        assert!(w.verify().is_err());
+        w.restart().expect("restart");
+        assert_eq!(w.written(), 0);
+        drop(w);
+        assert!(!partial.exists(), "an empty partial is not kept");
+        let mut w = cs.resume(&d, 4).expect("resume");
+        w.write(b"abXX").expect("write");
+        assert!(w.commit().is_err());
+        assert!(
+            !partial.exists(),
+            "bytes that failed the digest are not kept"
+        );
+        assert!(!cs.contains(&d));
+    }
+
+    #[test]
+    fn stale_partials_and_those_of_stored_blobs_are_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cs = ContentStore::open(dir.path()).expect("open");
+        let (fresh, old, done) = (Digest::of(b"1"), Digest::of(b"2"), Digest::of(b"3"));
+        for d in [&fresh, &old, &done] {
+            fs::write(dir.path().join("partial").join(d.hex()), b"x").expect("write");
+        }
+        File::options()
+            .write(true)
+            .open(dir.path().join("partial").join(old.hex()))
+            .and_then(|f| f.set_modified(std::time::SystemTime::now() - Duration::from_secs(7200)))
+            .expect("age");
+        cs.put(&done, b"3").expect("put");
+        assert_eq!(cs.remove_stale_partials(Duration::from_secs(3600)), 2);
+        let left: Vec<_> = fs::read_dir(dir.path().join("partial"))
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, [fresh.hex().to_string()]);
+    }
+
+    #[test]
+    fn a_full_disk_fails_the_ingest_naming_the_file_system_and_leaves_nothing() {
+        let name = "a_full_disk_fails_the_ingest_naming_the_file_system_and_leaves_nothing";
+        let Some(fs) = crate::testutil::SmallTmpfs::new(name, 64) else {
+            return;
+        };
+        let cs = ContentStore::open(fs.path()).expect("open");
+        fs.fill();
+        let layer = vec![7u8; 32 << 10];
+        let d = Digest::of(&layer);
+        let e = cs.put(&d, &layer).expect_err("a full disk");
+        assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+        assert!(
+            e.message()
+                .starts_with(&format!("blob {d}: write: no space left")),
+            "{e}"
+        );
+        assert!(e
+            .message()
+            .contains(&format!("(file system {}, tmpfs", fs.path().display())));
+        assert!(!cs.contains(&d));
+        assert_eq!(
+            fs::read_dir(fs.path().join("ingest")).expect("ls").count(),
+            0
+        );
+        fs.free();
+        cs.put(&d, &layer).expect("once freed");
     }
 
     #[test]

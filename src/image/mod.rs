@@ -11,5 +11,6 @@ pub mod reference;
 pub mod registry;
 pub mod service;
 pub mod snapshot;
+pub(crate) mod tasks;
 pub mod unpack;
 pub mod usage;

@@ -1,12 +1,16 @@
 //! Pulls images from registries into the content store: manifest, config and layers, verified.
 
-use futures::TryStreamExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result, ResultExt};
 use crate::image::content::{ContentStore, MAX_SMALL_BLOB};
 use crate::image::digest::Digest;
-use crate::image::manifest::{layer_compression, media, Document, ImageConfig, Manifest, Platform};
+use crate::image::manifest::{
+    layer_compression, media, Descriptor, Document, ImageConfig, Manifest, Platform,
+};
 use crate::image::reference::Reference;
 use crate::image::registry::downloads::{BlobEvent, Downloads, Source};
 use crate::image::registry::{Credentials, RegistryClient, Resolved};
@@ -97,7 +101,10 @@ impl Puller {
     }
 
     /// Pulls `r` for this host's platform. Blobs already in the store are not fetched again; each
-    /// blob download runs in its own task, so a cancelled caller does not abort it for others.
+    /// blob download runs in its own task, shared with concurrent pulls. Dropping this future
+    /// (a cancelled caller) stops the downloads no other pull waits for; their bytes stay for
+    /// the next pull to resume. When one layer fails, no more layers start, the ones under way
+    /// finish (stored for the retry that follows), then the first failure is returned.
     pub async fn pull(
         &self,
         r: &Reference,
@@ -159,34 +166,21 @@ impl Puller {
             )));
         }
 
-        futures::stream::iter(manifest.layers.iter().map(Ok::<_, Error>))
-            .try_for_each_concurrent(self.max_layers, |desc| {
-                let (src, events, name) = (&src, &events, &name);
-                async move {
-                    let digest = &desc.digest;
-                    let event = |e| match e {
-                        BlobEvent::Cached => PullEvent::Cached {
-                            digest: digest.clone(),
-                        },
-                        BlobEvent::Done => {
-                            crate::metrics::PULLED_BYTES.inc_by(desc.size);
-                            PullEvent::Done {
-                                digest: digest.clone(),
-                            }
-                        }
-                        BlobEvent::Progress(done) => PullEvent::Progress {
-                            digest: digest.clone(),
-                            done,
-                            total: desc.size,
-                        },
-                    };
-                    self.downloads
-                        .fetch(src, desc, |e| send(events, event(e)))
-                        .await
-                        .ctx(|| format!("{name}: layer {}", desc.digest))
-                }
-            })
-            .await?;
+        let failed = AtomicBool::new(false);
+        // Collected first: rustc cannot prove a stream mapping `&Descriptor`s `Send` for every
+        // lifetime ("implementation of FnOnce is not general enough").
+        let layers: Vec<_> = manifest
+            .layers
+            .iter()
+            .map(|desc| self.fetch_layer(&src, desc, &events, &name, &failed))
+            .collect();
+        let results: Vec<Result<()>> = futures::stream::iter(layers)
+            .buffer_unordered(self.max_layers)
+            .collect()
+            .await;
+        if let Some(e) = results.into_iter().find_map(Result::err) {
+            return Err(e);
+        }
 
         Ok(PulledImage {
             reference: r.clone(),
@@ -196,6 +190,46 @@ impl Puller {
             config,
             index_digest,
         })
+    }
+
+    /// Fetches layer `desc` of image `name` unless another layer failed already (`failed`,
+    /// set here when this one fails).
+    async fn fetch_layer(
+        &self,
+        src: &Source,
+        desc: &Descriptor,
+        events: &Option<mpsc::UnboundedSender<PullEvent>>,
+        name: &str,
+        failed: &AtomicBool,
+    ) -> Result<()> {
+        if failed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let digest = &desc.digest;
+        let event = |e| match e {
+            BlobEvent::Cached => PullEvent::Cached {
+                digest: digest.clone(),
+            },
+            BlobEvent::Done => {
+                crate::metrics::PULLED_BYTES.inc_by(desc.size);
+                PullEvent::Done {
+                    digest: digest.clone(),
+                }
+            }
+            BlobEvent::Progress(done) => PullEvent::Progress {
+                digest: digest.clone(),
+                done,
+                total: desc.size,
+            },
+        };
+        let res = self
+            .downloads
+            .fetch(src, desc, |e| send(events, event(e)))
+            .await;
+        if res.is_err() {
+            failed.store(true, Ordering::SeqCst);
+        }
+        res.ctx(|| format!("{name}: layer {}", desc.digest))
     }
 
     /// The manifest to run here: `resolved` itself, or the host's entry of the index it is

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::config::registry::RegistryConfig;
 use crate::error::ErrorKind;
-use crate::image::registry::testserver::{FakeImage, FakeRepo, TestServer};
-use crate::image::registry::RegistryConfig;
+use crate::image::registry::testserver::{FakeImage, FakeRepo, Response, TestServer};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -50,6 +50,19 @@ async fn settle(p: &Puller) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("downloads did not settle");
+}
+
+/// Pulls `r` in a task of its own (to cancel it).
+fn spawn_pull(p: &Puller, r: &Reference) -> tokio::task::JoinHandle<Result<PulledImage>> {
+    let (p, r) = (p.clone(), r.clone());
+    tokio::spawn(async move { p.pull(&r, &Credentials::default(), None).await })
+}
+
+/// Interrupted downloads kept in the store.
+fn partials(f: &Fixture) -> usize {
+    std::fs::read_dir(f.content.root().join("partial"))
+        .expect("ls partial")
+        .count()
 }
 
 fn drain(rx: &mut mpsc::UnboundedReceiver<PullEvent>) -> Vec<PullEvent> {
@@ -138,16 +151,16 @@ async fn a_cancelled_pull_does_not_abort_the_download_another_pull_shares() {
     let server = TestServer::start(move |req| repo.handle(req)).await;
     let f = fixture();
     let r = reference(&server, "app:v1");
-    let first = {
-        let (p, r) = (f.puller.clone(), r.clone());
-        tokio::spawn(async move { p.pull(&r, &Credentials::default(), None).await })
-    };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let first = spawn_pull(&f.puller, &r);
+    // The second pull joins the first one's download before the first is cancelled (a
+    // download nobody waits for any more stops).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = spawn_pull(&f.puller, &r);
+    tokio::time::sleep(Duration::from_millis(50)).await;
     first.abort();
-    let pulled = f
-        .puller
-        .pull(&r, &Credentials::default(), None)
+    let pulled = second
         .await
+        .expect("second pull task")
         .expect("second pull");
     assert_eq!(pulled.manifest_digest, img.digest);
     for (d, _) in img.blobs() {
@@ -185,7 +198,7 @@ async fn a_tampered_layer_fails_naming_it_and_leaves_nothing_behind() {
         .expect_err("tampered");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     assert!(e.to_string().contains(&format!("layer {bad}")), "{e}");
-    // The failed pull returns at once; its other layer may still be downloading for later use.
+    // The failed pull lets its other layer finish (stored for the retry) before it answers.
     settle(&f.puller).await;
     assert!(!f.content.contains(&bad));
     assert_eq!(
@@ -203,7 +216,58 @@ async fn a_tampered_layer_fails_naming_it_and_leaves_nothing_behind() {
         .expect("pull after the fix");
     assert!(f.content.contains(&bad));
     assert_eq!(server.count(&blob_path(&Digest::of(&img.layers[0]))), 1);
-    assert_eq!(server.count(&blob_path(&bad)), 2);
+    // The failed pull fetched the tampered layer twice (a mismatch is fetched once more from
+    // byte 0), the later pull once.
+    assert_eq!(server.count(&blob_path(&bad)), 3);
+}
+
+#[tokio::test]
+async fn a_pull_whose_every_caller_left_stops_its_downloads() {
+    let img = image();
+    let mut repo = FakeRepo::new("app").with_image("v1", &img);
+    repo.blob_delay = Duration::from_millis(600);
+    let server = TestServer::start(move |req| repo.handle(req)).await;
+    let f = fixture();
+    let first = spawn_pull(&f.puller, &reference(&server, "app:v1"));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        f.puller.downloads.in_flight(),
+        1,
+        "the config is downloading"
+    );
+    first.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(f.puller.downloads.in_flight(), 0, "nobody waits: stopped");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!f.content.contains(&img.config_digest));
+    assert_eq!(partials(&f), 0, "no bytes arrived, none are kept");
+}
+
+#[tokio::test]
+async fn an_interrupted_download_resumes_from_the_bytes_it_stored() {
+    let img = image();
+    let repo = FakeRepo::new("app").with_image("v1", &img);
+    let server = TestServer::start(move |req| repo.handle(req)).await;
+    let f = fixture();
+    // What a daemon killed mid-layer leaves: the first 5 bytes of the base layer.
+    let base = &img.layers[0];
+    let d = Digest::of(base);
+    let mut ingest = f.content.resume(&d, base.len() as u64).expect("ingest");
+    ingest.write(&base[..5]).expect("write");
+    drop(ingest);
+    f.puller
+        .pull(&reference(&server, "app:v1"), &Credentials::default(), None)
+        .await
+        .expect("pull");
+    assert!(f.content.contains(&d));
+    let asked: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == blob_path(&d))
+        .map(|q| q.header("range").map(str::to_string))
+        .collect();
+    assert_eq!(asked, [Some("bytes=5-".to_string())]);
+    assert_eq!(partials(&f), 0);
 }
 
 #[tokio::test]
@@ -312,4 +376,31 @@ async fn an_unknown_layer_media_type_is_refused_before_downloading() {
         .requests()
         .iter()
         .all(|q| !q.path.contains("/blobs/")));
+}
+
+#[tokio::test]
+async fn a_failed_layer_lets_the_layers_under_way_finish_before_the_pull_answers() {
+    let img = image();
+    let (slow, missing) = (Digest::of(&img.layers[0]), Digest::of(&img.layers[1]));
+    let repo = FakeRepo::new("app").with_image("v1", &img);
+    let (slow_path, missing_path) = (blob_path(&slow), blob_path(&missing));
+    let server = TestServer::start(move |req| {
+        if req.path == missing_path {
+            Response::new(404, "{}")
+        } else if req.path == slow_path {
+            repo.handle(req).delayed(Duration::from_millis(300))
+        } else {
+            repo.handle(req)
+        }
+    })
+    .await;
+    let f = fixture();
+    let e = f
+        .puller
+        .pull(&reference(&server, "app:v1"), &Credentials::default(), None)
+        .await
+        .expect_err("a layer is missing");
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains(&format!("layer {missing}")), "{e}");
+    assert!(f.content.contains(&slow), "the other layer is stored");
 }

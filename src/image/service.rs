@@ -1,11 +1,9 @@
 //! The image service domain: pull/import → unpack → index, lookups, removal with GC, and usage.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use futures::future::{BoxFuture, FutureExt, Shared};
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::Config;
@@ -19,6 +17,7 @@ use crate::image::pull::{PullEvent, Puller};
 use crate::image::reference::Reference;
 use crate::image::registry::{Credentials, RegistryClient};
 use crate::image::snapshot::{LayerSource, Snapshots, UnpackLimits};
+use crate::image::tasks::TaskTable;
 use crate::image::usage::{FsUsage, UsageTracker};
 
 /// How long content outside any image survives GC (a retried pull reuses it meanwhile).
@@ -32,8 +31,6 @@ fn is_stale(path: &Path) -> bool {
         .and_then(|t| t.elapsed().ok())
         .is_none_or(|age| age > ORPHAN_GRACE)
 }
-
-type SharedPull = Shared<BoxFuture<'static, Result<Arc<ImageRecord>>>>;
 
 /// Content that is already in the store and should become a named image.
 #[derive(Debug, Clone)]
@@ -60,7 +57,8 @@ pub struct Images {
     index: Mutex<ImageIndex>,
     leases: Leases,
     usage: UsageTracker,
-    pulls: Mutex<HashMap<String, SharedPull>>,
+    /// Pulls in flight by reference.
+    pulls: TaskTable<String, Arc<ImageRecord>>,
     /// Pulls and imports hold it shared from their first blob to their index record; GC holds it
     /// exclusively, so it never takes content that is on its way to becoming an image.
     gc_guard: tokio::sync::RwLock<()>,
@@ -100,7 +98,7 @@ impl Images {
             index: Mutex::new(index),
             leases,
             usage,
-            pulls: Mutex::new(HashMap::new()),
+            pulls: TaskTable::new(),
             gc_guard: tokio::sync::RwLock::new(()),
             root,
         }))
@@ -131,8 +129,9 @@ impl Images {
         lock(&self.index).lookup(key)
     }
 
-    /// Pulls `image` (any reference form). Concurrent pulls of the same reference share one pull;
-    /// the pull runs to completion in its own task even if every caller goes away.
+    /// Pulls `image` (any reference form). Concurrent pulls of the same reference share one pull
+    /// task; it stops when every caller has gone away (a PullImage whose deadline passed), and
+    /// what it downloaded so far stays for the next pull to resume.
     pub async fn pull(
         self: &Arc<Self>,
         image: &str,
@@ -140,38 +139,25 @@ impl Images {
         events: Option<UnboundedSender<PullEvent>>,
     ) -> Result<Arc<ImageRecord>> {
         let reference = Reference::parse(image)?;
-        let key = reference.to_string();
         if events.is_some() {
             // A pull that reports progress runs on its own; blob downloads are still shared.
-            let this = self.clone();
-            return tokio::spawn(async move { this.pull_now(&reference, &creds, events).await })
-                .await
-                .map_err(|e| Error::internal(format!("pull task: {e}")))?;
+            return self.pull_now(&reference, &creds, events).await;
         }
-        let shared = {
-            let mut pulls = lock(&self.pulls);
-            match pulls.get(&key) {
-                Some(s) => s.clone(),
-                None => {
-                    let this = self.clone();
-                    let k = key.clone();
-                    let task = tokio::spawn(async move {
-                        let res = this.pull_now(&reference, &creds, events).await;
-                        lock(&this.pulls).remove(&k);
-                        res
-                    });
-                    let fut = async move {
-                        task.await
-                            .map_err(|e| Error::internal(format!("pull task: {e}")))?
-                    }
-                    .boxed()
-                    .shared();
-                    pulls.insert(key.clone(), fut.clone());
-                    fut
-                }
-            }
-        };
-        shared.await
+        let key = reference.to_string();
+        let this = self.clone();
+        let pull = self
+            .pulls
+            .join(
+                &key,
+                || false,
+                move || {
+                    let task = async move { this.pull_now(&reference, &creds, None).await };
+                    (task.boxed(), ())
+                },
+            )
+            .await
+            .ok_or_else(|| Error::internal(format!("image {key}: pull not started")))?;
+        pull.done().await
     }
 
     async fn pull_now(
@@ -363,6 +349,8 @@ impl Images {
         for b in dead_blobs {
             self.content.delete(&b)?;
         }
+        // Interrupted downloads are kept as long as orphan blobs, for a retried pull to resume.
+        self.content.remove_stale_partials(ORPHAN_GRACE);
         self.usage.refresh_content(&self.content);
         Ok(())
     }

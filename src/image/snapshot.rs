@@ -13,6 +13,7 @@ use crate::image::digest::Digest;
 use crate::image::manifest::layer_compression;
 use crate::image::unpack::{self, decompress, disk_usage, remove_tree, DigestReader};
 use crate::store::atomic::{sync_dir, write_json};
+use crate::store::space::NameFs;
 
 /// Prefix of in-progress (unpack) and condemned (remove) directories under the root.
 const TMP_PREFIX: &str = ".tmp-";
@@ -139,10 +140,12 @@ impl Snapshots {
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&tmp.path)
-            .ctx(|| format!("create {}", tmp.path.display()))?;
+            .ctx(|| format!("layer {}: create {}", layer.digest, tmp.path.display()))
+            .name_fs(&self.root)?;
         let usage = self
             .unpack_into(&tmp.path, layer)
-            .map_err(|e| e.context(format!("layer {}", layer.digest)))?;
+            .map_err(|e| e.context(format!("layer {}", layer.digest)))
+            .name_fs(&self.root)?;
         let root = File::open(&self.root).ctx(|| format!("open {}", self.root.display()))?;
         let hex = chain_id.hex();
         let published = match renameat_with(&root, &tmp_name, &root, hex, RenameFlags::NOREPLACE) {
@@ -169,6 +172,7 @@ impl Snapshots {
             }
             Err(e) => {
                 Err(Error::from(e).context(format!("snapshot {chain_id}: publish {tmp_name}")))
+                    .name_fs(&self.root)
             }
         }
     }

@@ -74,16 +74,23 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(&tmp)
-        .context("create temporary file")?;
-    file.write_all(bytes).context("write temporary file")?;
-    drop(file);
-    std::fs::rename(&tmp, path).context("rename into place")
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)
+            .context("create temporary file")?;
+        file.write_all(bytes).context("write temporary file")?;
+        drop(file);
+        std::fs::rename(&tmp, path).context("rename into place")
+    })();
+    if written.is_err() {
+        // A full disk: no half record stays behind, under either name.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]

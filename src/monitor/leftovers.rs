@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::args::Config;
+use super::args::MonitorArgs;
 use super::error::{Context, Result};
 
 /// The longest `runc kill --all` may take before it is killed itself.
@@ -30,7 +30,7 @@ pub struct Leftovers {
 impl Leftovers {
     /// For the container of `config`: `None` when its bundle gives it a pid namespace of its
     /// own (or cannot be read: then nothing is killed, the drain limit still applies).
-    pub fn for_container(config: &Config) -> Option<Leftovers> {
+    pub fn for_container(config: &MonitorArgs) -> Option<Leftovers> {
         let spec = read_spec(&config.bundle).ok()?;
         (!owns_pid_namespace(&spec)).then(|| Leftovers {
             runtime: config.runtime.clone(),
@@ -133,7 +133,7 @@ mod tests {
             )
             .expect("write config.json")
         };
-        let config = Config {
+        let config = MonitorArgs {
             id: "c1".into(),
             bundle: dir.path().to_path_buf(),
             runtime: "/usr/sbin/runc".into(),

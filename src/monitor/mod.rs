@@ -10,8 +10,11 @@
 //! ```text
 //! bosun monitor --id ID --bundle DIR --runtime PATH --runtime-root DIR
 //!               --log-path FILE --exit-file FILE --sync-fd N
-//!               [--stdin] [--stdin-once] [--tty] [--log-max-line BYTES]
+//!               [--stdin] [--stdin-once] [--tty] [--systemd-cgroup] [--log-max-line BYTES]
 //! ```
+//!
+//! The daemon writes this command line and the monitor reads it with one type,
+//! [`args::MonitorArgs`].
 //!
 //! `bosun monitor --standby …` is a spare that receives these arguments on a pipe later
 //! ([`standby`]); it then runs exactly as if started with them.
@@ -82,7 +85,7 @@ pub mod timestamp;
 use std::ffi::OsString;
 use std::time::SystemTime;
 
-use args::Config;
+use args::MonitorArgs;
 use error::{Context, Error, Result};
 use exit_record::{exit_code, unix_nanos, ExitRecord};
 use log_file::LogFile;
@@ -117,7 +120,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     } else {
         args
     };
-    let config = match args::parse(&args) {
+    let config = match MonitorArgs::parse(&args) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("bosun monitor: {e}");
@@ -166,7 +169,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
 
 /// Checks done while the daemon still waits on our exit status: descriptors, directories,
 /// the log file.
-fn prepare(config: &Config, sync: &SyncPipe) -> Result<LogFile> {
+fn prepare(config: &MonitorArgs, sync: &SyncPipe) -> Result<LogFile> {
     detach::close_inherited_fds(sync.fd())?;
     let config_json = config.bundle.join("config.json");
     if !config_json.is_file() {
@@ -186,7 +189,7 @@ fn prepare(config: &Config, sync: &SyncPipe) -> Result<LogFile> {
 }
 
 /// The monitor proper, after the fork and in its own session.
-fn run(config: &Config, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
+fn run(config: &MonitorArgs, mut log: LogFile, sync: &mut SyncPipe) -> Result<()> {
     detach::quiet_stdio()?;
     let signals = signals::Signals::new()?;
     let (console, pipes, stdio) = if config.tty {

@@ -5,7 +5,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::args::Config;
+use super::args::MonitorArgs;
 use super::error::{Context, Error, Result};
 
 /// The container's stdio as runc should pass it to the init.
@@ -30,7 +30,7 @@ pub fn pid_file(bundle: &Path) -> PathBuf {
 }
 
 /// The argument vector after the runtime binary (without the stdio).
-pub fn run_args(config: &Config, console_socket: Option<&str>) -> Vec<std::ffi::OsString> {
+pub fn run_args(config: &MonitorArgs, console_socket: Option<&str>) -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = vec![
         "--root".into(),
         config.runtime_root.clone().into(),
@@ -65,7 +65,7 @@ pub fn run_args(config: &Config, console_socket: Option<&str>) -> Vec<std::ffi::
 /// container's process; the init, reparented to us (child subreaper), is reaped by the
 /// supervisor only. On failure the error is runc's own last `"level":"error"` message from
 /// this run's log (runc has destroyed the container then).
-pub fn run(config: &Config, console_socket: Option<&str>, stdio: RuncStdio) -> Result<()> {
+pub fn run(config: &MonitorArgs, console_socket: Option<&str>, stdio: RuncStdio) -> Result<()> {
     let log = log_path(&config.bundle);
     let log_start = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let mut cmd = Command::new(&config.runtime);
@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn the_command_line_puts_global_flags_before_run() {
-        let config = super::super::args::parse(
+        let config = MonitorArgs::parse(
             &"--id c1 --bundle /b --runtime /usr/sbin/runc --runtime-root /run/r \
               --log-path /l --exit-file /e --sync-fd 3"
                 .split_whitespace()
@@ -176,7 +176,7 @@ mod tests {
             "--root /run/r --log /b/runc.log --log-format json run --detach --bundle /b \
              --pid-file /b/init.pid --console-socket console.sock c1"
         );
-        let systemd = super::super::args::Config {
+        let systemd = MonitorArgs {
             systemd_cgroup: true,
             ..config
         };

@@ -66,6 +66,7 @@ pub fn run(
                     output.splitter.finish(log);
                     output.fd = None;
                 }
+                log.end();
                 return Ok(exit);
             }
         }

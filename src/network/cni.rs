@@ -12,11 +12,9 @@ use serde_json::{Map, Value};
 use super::conf::{self, NetworkList};
 use super::invoke::{self, Command};
 use super::native::{Native, Plan};
-use super::{
-    cidr, result, Attachment, Network, NetworkStatus, PodNetwork, POD_IFNAME, REASON_NOT_READY,
-};
 use super::{firewall, orphans};
-use crate::config::NetworkConfig;
+use super::{result, Attachment, Network, NetworkStatus, PodNetwork, POD_IFNAME, REASON_NOT_READY};
+use crate::config::{cidr, NetworkConfig};
 use crate::error::{Error, Result, ResultExt};
 use crate::store::atomic::write_json;
 

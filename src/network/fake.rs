@@ -127,7 +127,7 @@ impl Network for FakeNetwork {
 
     fn set_pod_cidr(&self, cidr: &str) -> Result<()> {
         if !cidr.trim().is_empty() {
-            super::cidr::parse_list(cidr)?;
+            crate::config::cidr::parse_list(cidr)?;
         }
         self.st().pod_cidr = cidr.to_string();
         Ok(())

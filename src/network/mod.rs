@@ -6,7 +6,6 @@
 //! after a restart and exactly until it succeeds. When the dir holds no config file, pods get
 //! bosun's embedded network ([`native`]), made in-process over netlink.
 
-pub mod cidr;
 mod cni;
 pub mod conf;
 pub mod fake;

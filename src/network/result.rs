@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use serde_json::Value;
 
-use super::cidr;
+use crate::config::cidr;
 use crate::error::{Error, Result};
 
 /// The pod's addresses from a final ADD result, IPv4 first (the kubelet takes the first as

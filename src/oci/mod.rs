@@ -1,41 +1,28 @@
-//! OCI runtime edge: the runtime spec builder, the runc wrapper ([`OciRuntime`], [`Runc`],
-//! [`FakeRuntime`]) and the monitor launcher ([`launch_monitor`], [`ExitWatcher`]).
+//! The OCI edge, three rooms: [`spec`] builds runc's `config.json`, [`runc`] drives the runtime's command line, [`launch`] starts the per-container monitors.
 //!
-//! [`build_spec`] turns a CRI container request ([`ContainerRequest`]), its pod
-//! ([`SandboxContext`]), the image config and the mounted rootfs into runc's `config.json`,
-//! following containerd's CRI plugin rule by rule.
+//! The rooms' main items are re-exported here ([`build_spec`], [`ContainerRequest`],
+//! [`OciRuntime`], [`Runc`], [`FakeRuntime`], [`launch_monitor`], [`ExitWatcher`], …): the
+//! rest of the daemon names `crate::oci::…`, not the room.
 
-pub mod caps;
-mod devices;
-pub mod features;
-pub mod host;
 pub mod launch;
-pub(crate) mod mounts;
-mod namespaces;
-mod process;
-pub mod request;
-pub mod resources;
 pub mod runc;
-mod runc_delete;
-pub mod runtime;
-pub mod seccomp;
-mod security;
-pub mod spare;
 pub mod spec;
-pub mod stage;
-mod user;
-pub mod userns;
+
+// The spec builder's modules that other rooms name, at the paths they had before `spec/`.
+pub(crate) use spec::mounts;
+pub use spec::{caps, host, request, resources, stage, userns};
 
 pub use host::HostFacts;
-pub use launch::{launch_monitor, ContainerExit, ExitWatcher, Launched, MonitorArgs};
+pub use launch::{
+    launch_monitor, ContainerExit, ExitWatcher, FakeLauncher, Launched, MonitorArgs, MonitorLaunch,
+    MonitorLauncher, ProcessLauncher,
+};
 pub use request::{
     CapabilityEdits, ContainerRequest, DeviceRequest, HugepageLimit, IdMapping, LinuxRequest,
     MountRequest, NamespaceMode, NamespaceOptions, Propagation, Resources, SandboxContext,
     Security, SecurityProfile, SupplementalGroupsPolicy, UserNamespace, UserNamespaceMode,
 };
 pub use resources::{cgroups_path, CgroupSupport};
-pub use runc::{ExecOutput, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};
-pub use runtime::{FakeLauncher, FakeRuntime, MonitorLauncher, ProcessLauncher};
-pub use security::{DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS};
+pub use runc::{ExecOutput, FakeRuntime, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};
 pub use spec::{build_spec, SpecOptions, OCI_VERSION};
-pub use user::{resolve_user, ResolvedUser};
+pub use spec::{resolve_user, ResolvedUser, DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS};

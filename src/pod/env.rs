@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, ObjectFieldSelector, ResourceFieldSelector};
 
-use super::quantity;
 use super::translate::PodContext;
+use crate::config::quantity;
 use crate::error::{Error, Result};
 
 /// Where ConfigMaps and Secrets come from on a node without an API server: plain files,

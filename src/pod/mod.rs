@@ -17,7 +17,6 @@ pub mod probe_result;
 pub mod probe_runtime;
 pub mod prober;
 pub mod projection;
-pub mod quantity;
 pub mod resources;
 pub mod supervisor;
 pub mod translate;

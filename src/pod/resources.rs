@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 
-use super::quantity;
+use crate::config::quantity;
 use crate::oci::Resources;
 
 /// The kubelet's CFS period (µs).

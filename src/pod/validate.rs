@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use k8s_openapi::api::core::v1::{Container, ContainerPort, LifecycleHandler, Pod, Probe, Volume};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::quantity;
+use crate::config::quantity;
 use crate::error::{Error, Result};
 
 /// Volume types bosun provides on one node.

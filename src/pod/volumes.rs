@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{Container, Volume};
 
 use super::env::{EnvFacts, Sources};
 use super::projection;
-use super::quantity;
 use super::translate::PodContext;
+use crate::config::quantity;
 use crate::error::{Error, Result};
 use crate::oci::request::{MountRequest, Propagation};
 

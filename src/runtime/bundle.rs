@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 
-use super::meta::SandboxMeta;
 use super::rootfs;
-use super::status::UserIds;
+use super::state::meta::SandboxMeta;
+use super::state::status::UserIds;
 use crate::error::{Error, Result, ResultExt};
 use crate::image::manifest::RunConfig;
 use crate::oci::mounts::check_recursive_read_only;
@@ -18,6 +18,7 @@ use crate::oci::{
     build_spec, userns, ContainerRequest, HostFacts, SandboxContext, SpecOptions, UserNamespaceMode,
 };
 use crate::store::atomic::write_atomic_nosync;
+use crate::store::space::NameFs;
 
 /// Checks `req` against its pod and this node before anything is made: its user namespace
 /// must be the pod's (unset means the pod's), ID-mapped mounts well formed, recursive
@@ -78,8 +79,13 @@ pub struct Prepare<'a> {
 /// `config.json`; returns the process identity. Blocking. What is staged stays until
 /// [`stage::unstage`] (after `runc create`, or in the container's teardown).
 pub fn prepare(req: &ContainerRequest, p: &Prepare<'_>) -> Result<UserIds> {
-    let bundle = super::paths::bundle(p.dir);
-    let rootfs = super::paths::rootfs(p.dir);
+    // Out of space, what is not the writable layer's (named by the rootfs) is the state dir's.
+    prepare_in(req, p).name_fs(p.dir)
+}
+
+fn prepare_in(req: &ContainerRequest, p: &Prepare<'_>) -> Result<UserIds> {
+    let bundle = super::state::paths::bundle(p.dir);
+    let rootfs = super::state::paths::rootfs(p.dir);
     let stage_dir = stage::stage_dir(p.dir);
     std::fs::create_dir_all(&bundle).ctx(|| format!("create {}", bundle.display()))?;
     let pod_ns = match (&p.sandbox.userns, &p.sandbox.user_ns) {
@@ -141,7 +147,7 @@ pub fn update_resources(
     dir: &Path,
     change: impl FnOnce(&mut oci_spec::runtime::LinuxResources) -> Result<()>,
 ) -> Result<()> {
-    let path = super::paths::bundle(dir).join("config.json");
+    let path = super::state::paths::bundle(dir).join("config.json");
     let text = std::fs::read(&path).ctx(|| format!("read {}", path.display()))?;
     let mut spec: oci_spec::runtime::Spec = serde_json::from_slice(&text)
         .map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;

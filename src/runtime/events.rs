@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use super::meta::{ContainerEntry, SandboxEntry};
-use super::status::{now_ns, ContainerStatus, SandboxStatus};
-use super::table::Filter;
+use super::state::meta::{ContainerEntry, SandboxEntry};
+use super::state::status::{now_ns, ContainerStatus, SandboxStatus};
+use super::state::table::Filter;
 use super::Runtime;
 
 /// Events kept for a subscriber that has not read them yet; beyond this the slowest

@@ -1,14 +1,12 @@
 //! A container's in-memory companion: its lifecycle lock, exit notification, in-flight stop and init pidfd.
 
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use super::state::lock;
 
 /// Per-container runtime state that is not persisted.
 #[derive(Debug)]

@@ -17,11 +17,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::meta::{ContainerEntry, ContainerMeta};
-use super::paths;
-use super::recover::reconcile;
 use super::service::Runtime;
-use super::status::{now_ns, ContainerStatus};
+use super::state::meta::{ContainerEntry, ContainerMeta};
+use super::state::paths;
+use super::state::recover::reconcile;
+use super::state::status::{now_ns, ContainerStatus};
 use crate::oci::launch::{find_monitors, read_exit};
 use crate::oci::ContainerExit;
 

@@ -15,10 +15,10 @@ use std::time::Duration;
 use rustix::net::RecvFlags;
 use tokio::io::Interest;
 
-use super::interactive::connect;
-use super::paths;
 use super::service::{require_id, Runtime};
-use super::status::ContainerState;
+use super::session::attach::connect;
+use super::state::paths;
+use super::state::status::ContainerState;
 use crate::error::{Error, Result};
 use crate::monitor::attach_proto::{IN_REOPEN_LOG, OUT_LOG_REOPENED, OUT_READY};
 

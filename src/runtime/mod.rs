@@ -1,60 +1,41 @@
 //! Runtime domain: sandboxes and containers on runc, their on-disk state and crash recovery.
 
 mod bundle;
-mod containers;
+mod container_lifecycle;
 pub mod events;
-mod exec_session;
 mod handle;
-pub mod id;
-mod interactive;
 mod interrupted;
 mod log_reopen;
-pub mod meta;
 mod network;
-pub mod paths;
-mod port_forward;
-pub mod recover;
-pub mod reserve;
+mod pod_lifecycle;
 mod restore;
 pub mod rootfs;
-mod sandboxes;
 pub mod service;
 pub mod session;
-pub mod session_io;
 pub mod signal;
 mod start;
+pub mod state;
 pub mod stats;
-pub mod status;
 mod stop;
-pub mod store;
-pub mod table;
-pub mod trash;
 mod validate;
 
 #[cfg(test)]
 mod network_tests;
 #[cfg(test)]
-mod recover_tests;
-#[cfg(test)]
-mod status_tests;
-#[cfg(test)]
 mod stop_tests;
-#[cfg(test)]
-mod store_tests;
 #[cfg(test)]
 mod validate_fuzz;
 #[cfg(test)]
 mod validate_tests;
 
-pub use meta::{
-    ContainerEntry, ContainerMeta, Dns, NewContainer, PodName, PortMapping, SandboxEntry,
-    SandboxMeta, SandboxRequest,
-};
-pub use recover::{load_all, reconcile, Loaded, Recovered};
-pub use reserve::Reservation;
 pub use service::Runtime;
 pub use session::{Session, SessionEnd, StreamRequest, TerminalSize};
-pub use status::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
-pub use store::{Meta, StateDir, Status};
-pub use table::{Entry, Filter, Table};
+// `crate::runtime::{meta, status}` as before the state room (pod/, cli/ and cri/ name them).
+pub use state::{
+    load_all, reconcile, ContainerEntry, ContainerMeta, ContainerState, ContainerStatus, Dns,
+    Entry, Filter, Loaded, Meta, NewContainer, PodName, PortMapping, Recovered, Reservation,
+    SandboxEntry, SandboxMeta, SandboxRequest, SandboxState, SandboxStatus, StateDir, Status,
+    Table,
+};
+pub use state::{meta, status};
 pub use validate::{log_path as check_log_path, name as check_name, path as check_path};

@@ -3,9 +3,9 @@
 
 use std::net::IpAddr;
 
-use super::meta::{SandboxEntry, SandboxMeta};
-use super::paths;
 use super::service::Runtime;
+use super::state::meta::{SandboxEntry, SandboxMeta};
+use super::state::paths;
 use crate::error::Result;
 use crate::network::{Bandwidth, DnsCap, NetworkStatus, PodNetwork, PortMap};
 use crate::oci::NamespaceMode;
@@ -166,7 +166,7 @@ impl Runtime {
             .into_iter()
             .filter(|e| {
                 let st = e.status();
-                st.state() == super::status::SandboxState::Ready
+                st.state() == super::state::status::SandboxState::Ready
                     && st.network_attached
                     && own_network(e.meta())
             })

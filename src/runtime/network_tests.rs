@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use super::meta::{SandboxMeta, SandboxRequest};
 use super::service::Runtime;
-use super::status::{now_ns, SandboxState, SandboxStatus};
+use super::state::meta::{SandboxMeta, SandboxRequest};
+use super::state::status::{now_ns, SandboxState, SandboxStatus};
 use crate::config::Config;
 use crate::image::service::Images;
 use crate::network::fake::Call;
@@ -177,7 +177,7 @@ async fn network_status_and_pod_cidr_reach_the_network() {
 
 #[test]
 fn pod_network_maps_host_ports_dns_and_bandwidth_annotations() {
-    use super::meta::{Dns, PortMapping};
+    use super::state::meta::{Dns, PortMapping};
     let mut req = SandboxRequest {
         pod: PodName {
             name: "web".into(),

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use super::interrupted::unstartable;
-use super::meta::{ContainerMeta, SandboxMeta};
-use super::paths;
-use super::recover::{load_all, reconcile, Recovered};
 use super::service::Runtime;
-use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
+use super::state::load::{load_all, Recovered};
+use super::state::meta::{ContainerMeta, SandboxMeta};
+use super::state::paths;
+use super::state::recover::reconcile;
+use super::state::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
 use crate::oci::launch::read_exit;
 use crate::oci::ContainerExit;
 use crate::sandbox::PodNamespaces;
@@ -88,7 +89,7 @@ impl Runtime {
                 changed.insert(id.clone());
             }
             if changed.contains(&id) {
-                if let Err(e) = entry.update(|s| {
+                if let Err(e) = entry.update_even_if_full(|s| {
                     *s = status.clone();
                     Ok(())
                 }) {
@@ -169,7 +170,7 @@ impl Runtime {
                     "namespaces are gone (node rebooted?)"
                 };
                 tracing::warn!(sandbox = %id, "recovery: {why}: marking it stopped");
-                if let Err(e) = entry.update(|s| {
+                if let Err(e) = entry.update_even_if_full(|s| {
                     s.message = why.to_string();
                     s.stop(now_ns())
                 }) {

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::mount::{MountFlags, UnmountFlags};
 
-use crate::error::{Error, Result, ResultExt};
+use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::oci::stage::clone_to;
+use crate::store::space::{name_fs, NameFs};
 use crate::sys::mount_api::Attributes;
 
 /// The kernel's limit on mount data (one page).
@@ -83,7 +84,9 @@ pub fn mount_idmapped(
 /// `rw/upper`, `rw/work` and the mount point.
 fn create_dirs(rw: &Path, target: &Path) -> Result<()> {
     for dir in [&rw.join("upper"), &rw.join("work"), target] {
-        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .ctx(|| format!("create {}", dir.display()))
+            .name_fs(dir)?;
     }
     Ok(())
 }
@@ -115,7 +118,25 @@ fn mount_overlay(lower: &[PathBuf], rw: &Path, target: &Path) -> Result<()> {
         MountFlags::empty(),
         data.as_c_str(),
     )
-    .map_err(|e| Error::internal(format!("mount overlay at {}: {e}", target.display())))
+    .map_err(|e| Error::internal(format!("mount overlay at {}: {e}", target.display())))?;
+    // Overlayfs mounts read-only, with only a kernel warning, when it cannot make its work
+    // directory: on a full disk. A container must not get a rootfs it cannot write.
+    let read_only = rustix::fs::statvfs(target)
+        .is_ok_and(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY));
+    if read_only {
+        let _ = unmount(target);
+        let e = Error::new(
+            ErrorKind::NoSpace,
+            format!(
+                "mount overlay at {}: no space left on device for its work directory {} \
+                 (it came up read-only)",
+                target.display(),
+                work.display()
+            ),
+        );
+        return Err(name_fs(e, &work));
+    }
+    Ok(())
 }
 
 /// Unmounts `target` (every stacked mount, detached if busy); fine when nothing is mounted.

@@ -2,24 +2,21 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::handle::Handle;
-use super::meta::{ContainerEntry, ContainerMeta, SandboxEntry, SandboxMeta};
-use super::paths::Layout;
-use super::status::{ContainerState, SandboxState};
-use super::store::StateDir;
-use super::table::Filter;
+use super::state::dir::StateDir;
+use super::state::lock;
+use super::state::meta::{ContainerEntry, ContainerMeta, SandboxEntry, SandboxMeta};
+use super::state::paths::Layout;
+use super::state::status::{ContainerState, SandboxState};
+use super::state::table::Filter;
 use crate::cgroups::warm::Warmer;
 use crate::config::Config;
 use crate::error::{Error, Result, ResultExt};
 use crate::image::service::Images;
 use crate::network::{Cni, FakeNetwork, Network};
 use crate::oci::{HostFacts, MonitorLauncher, OciRuntime, ProcessLauncher, Runc};
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Sandboxes and containers on runc.
 ///
@@ -43,7 +40,7 @@ pub struct Runtime {
     /// Stats state: cgroup reader, CPU samples, writable layer usage.
     pub(super) stats: super::stats::StatsState,
     /// Removed objects' directories, deleted in the background.
-    pub(super) trash: super::trash::Trash,
+    pub(super) trash: super::state::trash::Trash,
     /// Starts the grace period runc's cgroup join waits for, ahead of it (off in unit tests).
     pub(super) warmer: Arc<Warmer>,
     handles: Mutex<HashMap<String, Arc<Handle>>>,
@@ -135,7 +132,7 @@ impl Runtime {
             std::fs::create_dir_all(&dir).ctx(|| format!("create {}", dir.display()))?;
         }
         let state = StateDir::open(&layout.durable)?;
-        let trash = super::trash::Trash::open(&layout.durable, &layout.volatile)?;
+        let trash = super::state::trash::Trash::open(&layout.durable, &layout.volatile)?;
         Ok(Arc::new(Runtime {
             config,
             images,

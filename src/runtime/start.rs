@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::events::EventKind;
-use super::meta::ContainerEntry;
-use super::paths;
 use super::service::{require_id, Runtime};
-use super::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
+use super::state::meta::ContainerEntry;
+use super::state::paths;
+use super::state::status::{now_ns, ContainerState, ContainerStatus, SandboxState};
 use crate::error::{Error, ErrorKind, Result};
-use crate::oci::{Launched, MonitorArgs};
+use crate::oci::{Launched, MonitorArgs, MonitorLaunch};
 
 impl Runtime {
     /// StartContainer: launches the container's monitor, which runs it (`runc run --detach`)
@@ -52,10 +52,10 @@ impl Runtime {
         let started = now_ns();
         crate::failpoint!("container.start.before-runc");
         let t0 = std::time::Instant::now();
-        let args = self.monitor_args(&entry);
+        let launch = self.monitor_launch(&entry);
         // The next spare is made when this start is done, whichever way it ends.
-        let _restock = Restock(self.launcher.as_ref(), &args);
-        let launched = self.run_monitor(&entry, &args).await;
+        let _restock = Restock(self.launcher.as_ref(), &launch);
+        let launched = self.run_monitor(&entry, &launch).await;
         let launched = match launched {
             Ok(l) => l,
             Err(e) => {
@@ -111,8 +111,8 @@ impl Runtime {
         Ok(())
     }
 
-    /// The monitor's arguments for created container `entry`.
-    fn monitor_args(&self, entry: &ContainerEntry) -> MonitorArgs {
+    /// The monitor to start for created container `entry`.
+    fn monitor_launch(&self, entry: &ContainerEntry) -> MonitorLaunch {
         let meta = entry.meta();
         let log_path = if meta.log_path.is_empty() {
             PathBuf::from("/dev/null")
@@ -127,19 +127,25 @@ impl Runtime {
             log_path,
             paths::exit_file(&meta.state_dir),
         );
-        args.program = self.binary.clone();
         args.stdin = meta.request.stdin;
         args.stdin_once = meta.request.stdin_once;
         args.tty = meta.request.tty;
         args.systemd_cgroup = self.config.cgroup_driver == crate::config::CgroupDriver::Systemd;
-        args
+        MonitorLaunch {
+            program: self.binary.clone(),
+            ..MonitorLaunch::new(args)
+        }
     }
 
     /// Launches the monitor of created container `entry` (it runs the container and reports
     /// its pids), then detaches the mounts staged for it on the host: runc has copied them
     /// into the container's mount namespace, or failed.
-    async fn run_monitor(&self, entry: &ContainerEntry, args: &MonitorArgs) -> Result<Launched> {
-        let launched = self.launcher.launch(args).await;
+    async fn run_monitor(
+        &self,
+        entry: &ContainerEntry,
+        launch: &MonitorLaunch,
+    ) -> Result<Launched> {
+        let launched = self.launcher.launch(launch).await;
         let stage = crate::oci::stage::stage_dir(&entry.meta().state_dir);
         // Most containers stage nothing: one stat here, no blocking-pool hop on the path.
         let absent = std::fs::symlink_metadata(&stage)
@@ -182,7 +188,7 @@ impl Runtime {
 }
 
 /// Asks the launcher for its next spare when dropped: at the end of a start, either way.
-struct Restock<'a>(&'a dyn crate::oci::MonitorLauncher, &'a MonitorArgs);
+struct Restock<'a>(&'a dyn crate::oci::MonitorLauncher, &'a MonitorLaunch);
 
 impl Drop for Restock<'_> {
     fn drop(&mut self) {

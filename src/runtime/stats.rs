@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 pub use layer::{disk_usage, DiskUsage};
 pub use net::{parse_net_dev, read_netns, Interface};
 
-use super::meta::{ContainerEntry, SandboxEntry};
-use super::paths;
-use super::service::{lock, require_id, Runtime};
-use super::status::{now_ns, ContainerState, SandboxState};
-use super::table::Filter;
+use super::service::{require_id, Runtime};
+use super::state::lock;
+use super::state::meta::{ContainerEntry, SandboxEntry};
+use super::state::paths;
+use super::state::status::{now_ns, ContainerState, SandboxState};
+use super::state::table::Filter;
 use crate::cgroups::{self, Cgroups};
 use crate::error::{Error, Result};
 use crate::oci::NamespaceMode;

@@ -7,9 +7,9 @@ use tokio::time::Instant;
 
 use super::events::EventKind;
 use super::handle::StopRequest;
-use super::paths;
 use super::service::{require_id, Runtime};
-use super::status::{now_ns, reason_for, ContainerState, EXIT_CODE_UNKNOWN, REASON_UNKNOWN};
+use super::state::paths;
+use super::state::status::{now_ns, reason_for, ContainerState, EXIT_CODE_UNKNOWN, REASON_UNKNOWN};
 use crate::error::Result;
 use crate::oci::ContainerExit;
 
@@ -36,7 +36,7 @@ impl Runtime {
         if handle.is_exited() {
             if state == ContainerState::Unknown {
                 // Nothing is left to signal (its monitor is gone): the stop makes it EXITED.
-                entry.update(|s| {
+                entry.update_even_if_full(|s| {
                     s.exit(now_ns(), EXIT_CODE_UNKNOWN, false)?;
                     s.reason = REASON_UNKNOWN.to_string();
                     Ok(())
@@ -156,7 +156,9 @@ impl Runtime {
             let _life = handle.lifecycle.lock().await;
             crate::failpoint!("container.exit.observed");
             if let Ok(entry) = self.state.containers.get(id) {
-                let result = entry.update(|s| {
+                // The exit is a fact (the monitor's record): on a full disk it is published
+                // anyway, or the container would stay RUNNING and unremovable (issue 28).
+                let result = entry.update_even_if_full(|s| {
                     match (&exit, s.state()) {
                         (_, ContainerState::Exited) => {}
                         (ContainerExit::Recorded(r), _) => {

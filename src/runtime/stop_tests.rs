@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::meta::ContainerMeta;
 use super::service::Runtime;
-use super::status::{now_ns, ContainerState, ContainerStatus};
+use super::state::meta::ContainerMeta;
+use super::state::status::{now_ns, ContainerState, ContainerStatus};
 use crate::config::Config;
 use crate::image::service::Images;
 use crate::monitor::exit_record::ExitRecord;
-use crate::oci::runtime::fake::Call;
+use crate::oci::runc::fake::Call;
 use crate::oci::{ContainerExit, ContainerRequest, FakeLauncher, FakeRuntime, HostFacts};
 
 struct Fixture {

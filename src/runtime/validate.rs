@@ -7,7 +7,7 @@
 
 use std::path::{Component, Path};
 
-use super::meta::{NewContainer, SandboxMeta, SandboxRequest};
+use super::state::meta::{NewContainer, SandboxMeta, SandboxRequest};
 use crate::config::CgroupDriver;
 use crate::error::{echo, Error, Result};
 use crate::oci::resources::HostCpus;
@@ -30,6 +30,8 @@ pub const LABELS_MAX: usize = 64 << 10;
 /// All annotations of one object together (apimachinery allows 256 KiB; twice that leaves
 /// room for what the kubelet adds).
 pub const ANNOTATIONS_MAX: usize = 512 << 10;
+/// The runtime handlers bosun serves ("" is the default).
+pub(super) const HANDLERS: [&str; 2] = ["", "runc"];
 
 /// RunPodSandbox: metadata, handler, hostname, log directory, DNS, ports, sysctls, cgroup
 /// parent, labels and annotations.
@@ -42,7 +44,7 @@ pub(super) fn sandbox(req: &SandboxRequest, driver: CgroupDriver) -> Result<()> 
         NAMESPACE_MAX,
     )?;
     name("sandbox config: metadata.uid", &p.uid, UID_MAX)?;
-    if !super::sandboxes::HANDLERS.contains(&req.runtime_handler.as_str()) {
+    if !HANDLERS.contains(&req.runtime_handler.as_str()) {
         return Err(Error::invalid(format!(
             "runtime handler {:?} is not configured (bosun has \"runc\")",
             echo(&req.runtime_handler)
@@ -56,10 +58,7 @@ pub(super) fn sandbox(req: &SandboxRequest, driver: CgroupDriver) -> Result<()> 
     let own_net = req.network != NamespaceMode::Node;
     if own_net {
         let (field, h) = if req.hostname.is_empty() {
-            (
-                "hostname (from metadata.name)",
-                super::sandboxes::pod_hostname(req),
-            )
+            ("hostname (from metadata.name)", req.pod.hostname())
         } else {
             ("hostname", req.hostname.clone())
         };

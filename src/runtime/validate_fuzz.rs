@@ -10,7 +10,7 @@ use std::path::{Component, Path};
 
 use proptest::prelude::*;
 
-use super::meta::{NewContainer, PodName, PortMapping, SandboxRequest};
+use super::state::meta::{NewContainer, PodName, PortMapping, SandboxRequest};
 use super::validate::{self, COMPONENT_MAX, PATH_MAX};
 use crate::config::CgroupDriver;
 use crate::cri::convert::{container::new_container, sandbox::sandbox_request};
@@ -171,7 +171,7 @@ proptest! {
             log_path,
             ..Default::default()
         };
-        let sb = super::meta::SandboxMeta {
+        let sb = super::state::meta::SandboxMeta {
             request: SandboxRequest {
                 pod: PodName { name: "p".into(), namespace: "n".into(), uid: "u".into(), attempt: 0 },
                 log_directory: "/var/log/pods/n_p_u".into(),

@@ -1,6 +1,6 @@
 //! Tests of the domain checks of sandbox and container requests.
 
-use super::meta::{NewContainer, PodName, PortMapping, SandboxMeta, SandboxRequest};
+use super::state::meta::{NewContainer, PodName, PortMapping, SandboxMeta, SandboxRequest};
 use super::validate::{container, log_path, name, path, sandbox, NAME_MAX, UID_MAX};
 use crate::config::CgroupDriver;
 use crate::error::{ErrorKind, Result};

@@ -8,11 +8,10 @@ use std::path::{Path, PathBuf};
 
 use rustix::mount::MountFlags;
 
+use crate::config::DEFAULT_SHM_SIZE;
 use crate::error::{Error, Result, ResultExt};
 use crate::store::atomic::write_atomic_nosync;
 
-/// The default pod `/dev/shm` size (what Docker and containerd use).
-pub const DEFAULT_SHM_SIZE: u64 = 64 << 20;
 /// The kubelet's limit on search domains.
 pub const MAX_DNS_SEARCHES: usize = 32;
 /// The kubelet's limit on the length of the search line.

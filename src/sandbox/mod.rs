@@ -17,7 +17,7 @@ use rustix::mount::UnmountFlags;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 
-pub use files::{DnsConfig, PodFiles, PodFilesConfig, DEFAULT_SHM_SIZE};
+pub use files::{DnsConfig, PodFiles, PodFilesConfig};
 
 /// The namespace files under the pin directory.
 const NS_FILES: [&str; 4] = ["net", "ipc", "uts", "user"];

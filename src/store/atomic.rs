@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, ResultExt};
+use crate::store::space::NameFs;
 
 /// A temp path next to `path` that no other writer picks (random suffix).
 pub fn temp_path(path: &Path) -> PathBuf {
@@ -48,7 +49,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// [`write_atomic`] but for the fsync of the directory, which the caller does once for
-/// several files written there (a new object's records: issue 13).
+/// several files written there (a new object's records: issue 13). On any failure (a full
+/// disk: the file system named) the temp file is gone and `path` is as it was.
 pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
     let res = (|| -> Result<()> {
@@ -56,32 +58,32 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .ctx(|| format!("create {}", tmp.display()))?;
+            .ctx(|| format!("write {}", path.display()))?;
         f.write_all(bytes)
-            .ctx(|| format!("write {}", tmp.display()))?;
-        f.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
+            .ctx(|| format!("write {}", path.display()))?;
+        f.sync_all().ctx(|| format!("fsync {}", path.display()))?;
         fs::rename(&tmp, path).ctx(|| format!("rename into {}", path.display()))
     })();
     if res.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    res
+    res.name_fs(path)
 }
 
 /// Replaces `path` with `bytes` atomically for readers and against a crash of this process
 /// (kill -9 keeps the page cache): temp file, rename, no fsync. A power cut may bring the old
 /// content back (ext4 flushes a file renamed over another before the rename commits), so use
 /// it only where the old content is a state recovery reconciles anyway; each fsync costs ms
-/// on a busy disk (issue 13).
+/// on a busy disk (issue 13). Failures as [`write_synced`]'s.
 pub fn write_atomic_nosync(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
     let res = fs::write(&tmp, bytes)
-        .ctx(|| format!("write {}", tmp.display()))
+        .ctx(|| format!("write {}", path.display()))
         .and_then(|()| fs::rename(&tmp, path).ctx(|| format!("rename into {}", path.display())));
     if res.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    res
+    res.name_fs(path)
 }
 
 /// [`write_json`] without the fsyncs (see [`write_atomic_nosync`]).
@@ -144,6 +146,36 @@ mod tests {
             1,
             "temp left"
         );
+    }
+
+    #[test]
+    fn a_full_disk_keeps_the_old_record_leaves_no_temp_and_names_the_file_system() {
+        let name = "a_full_disk_keeps_the_old_record_leaves_no_temp_and_names_the_file_system";
+        let Some(fs) = crate::testutil::SmallTmpfs::new(name, 64) else {
+            return;
+        };
+        let p = fs.path().join("status.json");
+        write_atomic(&p, b"old").expect("first write");
+        fs.fill();
+        let big = vec![b'x'; 16 << 10];
+        for write in [write_atomic, write_synced, write_atomic_nosync] {
+            let e = write(&p, &big).expect_err("a full disk");
+            assert_eq!(e.kind(), crate::ErrorKind::NoSpace, "{e}");
+            let named = format!(
+                "write {}: no space left on device (file system {}, tmpfs: ",
+                p.display(),
+                fs.path().display()
+            );
+            assert!(e.message().starts_with(&named), "{e}");
+            assert_eq!(fs::read(&p).expect("read"), b"old");
+            assert_eq!(
+                fs::read_dir(fs.path()).expect("ls").count(),
+                2,
+                "a temp was left"
+            );
+        }
+        fs.free();
+        write_atomic(&p, &big).expect("once freed");
     }
 
     #[test]

@@ -1,17 +1,22 @@
 //! The registry client: resolves references to verified manifests and streams blobs into ingests.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::StreamExt;
+use reqwest::header::HeaderMap;
+use reqwest::StatusCode;
 
+use crate::config::registry::RegistryConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::image::content::{Ingest, MAX_SMALL_BLOB};
 use crate::image::digest::Digest;
 use crate::image::manifest::{media_type_of, Descriptor};
 use crate::image::reference::Reference;
 use crate::image::registry::auth::Credentials;
-use crate::image::registry::hosts::{self, Endpoint, RegistryConfig};
-use crate::image::registry::transport::{describe, read_limited, Transport};
+use crate::image::registry::hosts::{self, Endpoint};
+use crate::image::registry::retry::{Retries, RetryPolicy};
+use crate::image::registry::transport::{describe, read_limited, Get, Transport};
 
 /// The manifest media types bosun asks for, best first.
 const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
@@ -32,11 +37,20 @@ pub struct Resolved {
     pub bytes: Vec<u8>,
 }
 
+/// How one blob download attempt ended badly.
+enum Attempt {
+    /// Worth another attempt (resuming from what was stored).
+    Again(Error),
+    /// Final: another attempt would fare no better.
+    Final(Error),
+}
+
 /// A client for OCI distribution registries. Cheap to clone; clones share connections and tokens.
 #[derive(Clone)]
 pub struct RegistryClient {
     config: Arc<RegistryConfig>,
     transport: Arc<Transport>,
+    policy: Arc<RetryPolicy>,
 }
 
 impl RegistryClient {
@@ -46,7 +60,50 @@ impl RegistryClient {
         Ok(RegistryClient {
             config: Arc::new(config.clone()),
             transport: Arc::new(transport),
+            policy: Arc::new(RetryPolicy::default()),
         })
+    }
+
+    /// The same client retrying by `policy` (tests use short pauses).
+    #[cfg(test)]
+    pub(crate) fn with_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = Arc::new(policy);
+        self
+    }
+
+    /// GETs a manifest whole (at most `limit` bytes): its headers and body. A body that breaks
+    /// off is asked for again, as the retry policy allows.
+    async fn get_manifest(
+        &self,
+        ep: &Endpoint,
+        r: &Reference,
+        rest: &str,
+        creds: &Credentials,
+        limit: u64,
+    ) -> Result<(HeaderMap, Vec<u8>)> {
+        let g = Get {
+            ep,
+            repo: r.repository(),
+            rest,
+            accept: Some(MANIFEST_ACCEPT),
+            from: 0,
+        };
+        let mut retries = Retries::new(&self.policy);
+        loop {
+            let resp = self.transport.get(&g, creds, &mut retries).await?;
+            let headers = resp.headers().clone();
+            match read_limited(resp, limit)
+                .await
+                .map_err(|e| e.context(format!("{ep}: {rest}")))
+            {
+                Ok(bytes) => return Ok((headers, bytes)),
+                Err(e) if e.kind() == ErrorKind::Unavailable => {
+                    tracing::debug!(endpoint = %ep, rest, error = %e, "manifest body broke off, retrying");
+                    retries.pause(None).await.map_err(|why| why.explain(e))?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The endpoints tried for `r`, mirrors first.
@@ -95,15 +152,11 @@ impl RegistryClient {
             (None, None) => return Err(Error::invalid(format!("image {r}: no tag or digest"))),
         };
         let rest = format!("{}/manifests/{by}", r.repository());
-        let resp = self
-            .transport
-            .get(ep, r.repository(), &rest, Some(MANIFEST_ACCEPT), creds)
+        let (headers, bytes) = self
+            .get_manifest(ep, r, &rest, creds, MAX_SMALL_BLOB)
             .await?;
-        let header_type = header(&resp, "content-type");
-        let header_digest = header(&resp, "docker-content-digest");
-        let bytes = read_limited(resp, MAX_SMALL_BLOB)
-            .await
-            .map_err(|e| e.context(format!("{ep}: {rest}")))?;
+        let header_type = header(&headers, "content-type");
+        let header_digest = header(&headers, "docker-content-digest");
         let digest = Digest::of(&bytes);
         if let Some(want) = r.digest() {
             if *want != digest {
@@ -148,12 +201,8 @@ impl RegistryClient {
             ));
         }
         let rest = format!("{}/manifests/{}", r.repository(), desc.digest);
-        let resp = self
-            .transport
-            .get(ep, r.repository(), &rest, Some(MANIFEST_ACCEPT), creds)
-            .await
-            .map_err(|e| e.context(&what))?;
-        let bytes = read_limited(resp, desc.size)
+        let (_, bytes) = self
+            .get_manifest(ep, r, &rest, creds, desc.size)
             .await
             .map_err(|e| e.context(&what))?;
         let got = Digest::of(&bytes);
@@ -167,8 +216,13 @@ impl RegistryClient {
         Ok(bytes)
     }
 
-    /// Streams blob `desc` of `r` from `ep` into `ingest`, calling `on_progress` with the bytes
-    /// written so far. The caller commits the ingest, which verifies digest and size.
+    /// Streams blob `desc` of `r` from `ep` into `ingest`, after the bytes it holds already
+    /// (`Range: bytes=N-`), calling `on_progress` with the bytes written so far. Resets, short
+    /// bodies and transient answers are retried as the policy allows, each attempt resuming
+    /// where the last one stopped. A registry that ignores the range (200) is read from byte
+    /// 0; one that answers another range than asked (206 with a `Content-Range` not starting
+    /// at N) is asked again for the whole blob. The caller verifies and commits the ingest:
+    /// bytes the registry lied about fail the digest check there.
     pub async fn fetch_blob(
         &self,
         ep: &Endpoint,
@@ -180,16 +234,87 @@ impl RegistryClient {
     ) -> Result<()> {
         let what = format!("blob {}", desc.digest);
         let rest = format!("{}/blobs/{}", r.repository(), desc.digest);
+        let mut retries = Retries::new(&self.policy);
+        loop {
+            let from = ingest.written();
+            if from == desc.size {
+                return Ok(());
+            }
+            let g = Get {
+                ep,
+                repo: r.repository(),
+                rest: &rest,
+                accept: None,
+                from,
+            };
+            let err = match self
+                .blob_attempt(&g, creds, desc, ingest, &mut retries, &mut on_progress)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(Attempt::Final(e)) => return Err(e.context(&what)),
+                Err(Attempt::Again(e)) => e.context(&what),
+            };
+            if ingest.written() > from {
+                retries.progress(Instant::now());
+            }
+            tracing::debug!(endpoint = %ep, error = %err, stored = ingest.written(), "blob download broke off, resuming");
+            retries.pause(None).await.map_err(|why| why.explain(err))?;
+        }
+    }
+
+    /// One GET `g` of blob `desc`, from the bytes `ingest` holds (`g.from`).
+    async fn blob_attempt(
+        &self,
+        g: &Get<'_>,
+        creds: &Credentials,
+        desc: &Descriptor,
+        ingest: &mut Ingest,
+        retries: &mut Retries<'_>,
+        on_progress: &mut impl FnMut(u64),
+    ) -> std::result::Result<(), Attempt> {
+        let (ep, from) = (g.ep, g.from);
         let resp = self
             .transport
-            .get(ep, r.repository(), &rest, None, creds)
+            .get(g, creds, retries)
             .await
-            .map_err(|e| e.context(&what))?;
-        if let Some(len) = resp.content_length().filter(|n| *n != desc.size) {
-            return Err(Error::invalid(format!(
-                "{what}: {ep} sends {len} bytes, the descriptor says {}",
+            .map_err(Attempt::Final)?;
+        let start = if resp.status() == StatusCode::PARTIAL_CONTENT {
+            let range = header(resp.headers(), "content-range");
+            match range.as_deref().and_then(content_range) {
+                Some((s, end, total))
+                    if s == from
+                        && end.checked_add(1) == Some(desc.size)
+                        && total.is_none_or(|t| t == desc.size) =>
+                {
+                    from
+                }
+                _ => {
+                    // Not the bytes asked for: start over rather than trust this answer.
+                    ingest.restart().map_err(Attempt::Final)?;
+                    return Err(Attempt::Again(Error::unavailable(format!(
+                        "{ep}: asked for bytes {from}-, got Content-Range {range:?}"
+                    ))));
+                }
+            }
+        } else {
+            if from > 0 {
+                tracing::debug!(endpoint = %ep, digest = %desc.digest, "registry ignores Range, reading from byte 0");
+                ingest.restart().map_err(Attempt::Final)?;
+            }
+            0
+        };
+        let want = desc.size - start;
+        if let Some(len) = resp.content_length().filter(|n| *n != want) {
+            let from = if start > 0 {
+                format!(" from byte {start}")
+            } else {
+                String::new()
+            };
+            return Err(Attempt::Final(Error::invalid(format!(
+                "{ep} sends {len} bytes{from}, the descriptor says {}",
                 desc.size
-            )));
+            ))));
         }
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
@@ -199,18 +324,38 @@ impl RegistryClient {
                 } else {
                     ErrorKind::Unavailable
                 };
-                Error::new(kind, format!("{what}: {ep}: read: {}", describe(&e)))
+                Attempt::Again(Error::new(kind, format!("{ep}: read: {}", describe(&e))))
             })?;
             // Small synchronous writes into the page cache; the fsync happens at commit.
-            ingest.write(&chunk)?;
+            ingest.write(&chunk).map_err(Attempt::Final)?;
             on_progress(ingest.written());
+        }
+        if ingest.written() < desc.size {
+            return Err(Attempt::Again(Error::unavailable(format!(
+                "{ep}: the body ended after {} of {} bytes",
+                ingest.written(),
+                desc.size
+            ))));
         }
         Ok(())
     }
 }
 
-fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
-    resp.headers()
+/// `(first, last, total)` of a `Content-Range: bytes first-last/total` header (total `*`:
+/// `None`).
+fn content_range(v: &str) -> Option<(u64, u64, Option<u64>)> {
+    let (range, total) = v.trim().strip_prefix("bytes ")?.split_once('/')?;
+    let (first, last) = range.split_once('-')?;
+    let (first, last) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+    let total = match total.trim() {
+        "*" => None,
+        t => Some(t.parse().ok()?),
+    };
+    (first <= last).then_some((first, last, total))
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(|s| s.trim().to_string())

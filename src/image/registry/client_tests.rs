@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::config::registry::HostConfig;
 use crate::image::manifest::media;
-use crate::image::registry::hosts::HostConfig;
 use crate::image::registry::testserver::{
-    client, closed_port, image, ingest_files, reference, store, FakeImage, FakeRepo, Response,
-    TestServer,
+    self, client, closed_port, image, ingest_files, reference, store, FakeImage, FakeRepo,
+    Response, TestServer,
 };
 
 #[tokio::test]
@@ -244,4 +244,179 @@ async fn a_loopback_registry_failing_both_schemes_reports_the_tls_error_too() {
         msg.contains("connect: https: ") && msg.contains("; http: "),
         "{msg}"
     );
+}
+
+/// Short pauses, so tests of giving up run fast.
+fn fast() -> RetryPolicy {
+    RetryPolicy {
+        first_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(40),
+        ..RetryPolicy::default()
+    }
+}
+
+/// A 10 000-byte layer, its image in repository `app` and its descriptor.
+fn big_layer() -> (FakeRepo, Descriptor) {
+    let layer: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    let img = FakeImage::new(&[&layer], "amd64");
+    let repo = FakeRepo::new("app").with_image("v1", &img);
+    (repo, testserver::layer_descriptor(&layer))
+}
+
+/// Fetches `desc` into a resumable ingest and commits it; the blob requests' `Range` headers.
+async fn fetch_and_commit(server: &TestServer, desc: &Descriptor) -> Vec<Option<String>> {
+    let r = reference(server, "app:v1");
+    let c = client().with_policy(fast());
+    let res = c
+        .resolve(&r, &Credentials::default())
+        .await
+        .expect("resolve");
+    let (_dir, cs) = store();
+    let mut ingest = cs.resume(&desc.digest, desc.size).expect("ingest");
+    c.fetch_blob(
+        &res.endpoint,
+        &r,
+        &Credentials::default(),
+        desc,
+        &mut ingest,
+        |_| {},
+    )
+    .await
+    .expect("fetch");
+    ingest.commit().expect("commit");
+    assert!(cs.contains(&desc.digest));
+    server
+        .requests()
+        .iter()
+        .filter(|q| q.path.contains("/blobs/"))
+        .map(|q| q.header("range").map(str::to_string))
+        .collect()
+}
+
+/// The first GET whose path contains `path` gets `first`; everything else is `repo`'s answer.
+async fn serve_first_with(
+    repo: FakeRepo,
+    path: &'static str,
+    first: impl Fn(&FakeRepo, &testserver::Request) -> Response + Send + Sync + 'static,
+) -> TestServer {
+    let seen = AtomicUsize::new(0);
+    TestServer::start(move |req| {
+        if req.path.contains(path) && seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            first(&repo, req)
+        } else {
+            repo.handle(req)
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_body_that_breaks_off_is_resumed_with_range() {
+    let (repo, desc) = big_layer();
+    let server = serve_first_with(repo, "/blobs/", |repo, req| repo.handle(req).cut_at(4000)).await;
+    let ranges = fetch_and_commit(&server, &desc).await;
+    assert_eq!(ranges, [None, Some("bytes=4000-".to_string())]);
+}
+
+#[tokio::test]
+async fn a_registry_ignoring_range_is_read_from_byte_0() {
+    let (mut repo, desc) = big_layer();
+    repo.ranges = false;
+    let server = serve_first_with(repo, "/blobs/", |repo, req| repo.handle(req).cut_at(4000)).await;
+    let ranges = fetch_and_commit(&server, &desc).await;
+    assert_eq!(ranges, [None, Some("bytes=4000-".to_string())]);
+}
+
+#[tokio::test]
+async fn a_206_with_another_range_than_asked_starts_over() {
+    let (repo, desc) = big_layer();
+    let seen = AtomicUsize::new(0);
+    let server = TestServer::start(move |req| {
+        let resp = repo.handle(req);
+        if !req.path.contains("/blobs/") {
+            return resp;
+        }
+        match seen.fetch_add(1, Ordering::SeqCst) {
+            0 => resp.cut_at(4000),
+            // Asked for 4000-, answers the right bytes under a range that starts elsewhere.
+            1 => Response::new(206, resp.body).header("Content-Range", "bytes 3000-9999/10000"),
+            _ => resp,
+        }
+    })
+    .await;
+    let ranges = fetch_and_commit(&server, &desc).await;
+    assert_eq!(ranges, [None, Some("bytes=4000-".to_string()), None]);
+}
+
+#[test]
+fn content_ranges_parse_strictly() {
+    assert_eq!(content_range("bytes 0-9/10"), Some((0, 9, Some(10))));
+    assert_eq!(content_range("bytes 5-9/*"), Some((5, 9, None)));
+    for bad in [
+        "bytes 9-5/10",
+        "bytes */10",
+        "items 0-9/10",
+        "bytes 0-9",
+        "bytes a-9/10",
+    ] {
+        assert_eq!(content_range(bad), None, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn a_rate_limited_manifest_is_asked_again_after_retry_after() {
+    let repo = FakeRepo::new("app").with_image("v1", &image());
+    let server = serve_first_with(repo, "/manifests/", |_, _| {
+        Response::new(429, "slow down").header("Retry-After", "1")
+    })
+    .await;
+    let started = Instant::now();
+    client()
+        .resolve(&reference(&server, "app:v1"), &Credentials::default())
+        .await
+        .expect("resolve");
+    assert!(started.elapsed() >= Duration::from_millis(950));
+    assert_eq!(server.count("/v2/app/manifests/v1"), 2);
+}
+
+#[tokio::test]
+async fn a_retry_after_beyond_the_cap_is_not_waited_for() {
+    let server = TestServer::start(|_| Response::new(429, "").header("Retry-After", "3600")).await;
+    let started = Instant::now();
+    let e = client()
+        .resolve(&reference(&server, "app:v1"), &Credentials::default())
+        .await
+        .expect_err("rate limited");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("retry after 3600 s"), "{e}");
+    assert_eq!(server.count("/v2/app/manifests/v1"), 1);
+}
+
+#[tokio::test]
+async fn a_registry_failing_every_time_is_given_up_on_after_five_attempts() {
+    let server = TestServer::start(|_| Response::new(503, "down")).await;
+    let e = client()
+        .with_policy(fast())
+        .resolve(&reference(&server, "app:v1"), &Credentials::default())
+        .await
+        .expect_err("down");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("gave up after 5 attempts"), "{e}");
+    assert_eq!(server.count("/v2/app/manifests/v1"), 5);
+}
+
+#[tokio::test]
+async fn a_manifest_body_that_breaks_off_is_asked_for_again() {
+    let img = image();
+    let repo = FakeRepo::new("app").with_image("v1", &img);
+    let server =
+        serve_first_with(repo, "/manifests/", |repo, req| repo.handle(req).cut_at(10)).await;
+    let res = client()
+        .with_policy(fast())
+        .resolve(&reference(&server, "app:v1"), &Credentials::default())
+        .await
+        .expect("resolve");
+    assert_eq!(res.digest, img.digest);
+    assert_eq!(server.count("/v2/app/manifests/v1"), 2);
 }

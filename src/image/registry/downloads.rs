@@ -1,17 +1,17 @@
-//! Shared blob downloads: one task per digest, joined by concurrent pulls, immune to cancelled callers.
+//! Shared blob downloads: one task per digest, joined by concurrent pulls, stopped when no pull waits, resumed from what it stored.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::FutureExt;
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
-use crate::image::content::ContentStore;
+use crate::error::{Error, ErrorKind, Result};
+use crate::image::content::{ContentStore, Ingest};
 use crate::image::digest::Digest;
 use crate::image::manifest::Descriptor;
 use crate::image::reference::Reference;
 use crate::image::registry::{Credentials, Endpoint, RegistryClient};
+use crate::image::tasks::{TaskTable, Waiter};
 
 /// Progress is reported at most once per this many bytes of a blob (and at its end).
 const PROGRESS_STEP: u64 = 512 << 10;
@@ -40,17 +40,13 @@ pub(crate) enum BlobEvent {
     Done,
 }
 
-/// A download in flight: its result (shared by every waiter) and its progress.
-#[derive(Clone)]
-struct Flight {
-    done: Shared<BoxFuture<'static, Result<()>>>,
-    progress: watch::Receiver<u64>,
-}
+/// A download in flight, as one waiter holds it; its extra is the progress receiver.
+type Flight = Waiter<Digest, (), watch::Receiver<u64>>;
 
 struct Inner {
     registry: RegistryClient,
     content: ContentStore,
-    flights: Mutex<HashMap<Digest, Flight>>,
+    flights: TaskTable<Digest, (), watch::Receiver<u64>>,
 }
 
 /// The table of downloads in flight; clones share it.
@@ -66,7 +62,7 @@ impl Downloads {
             inner: Arc::new(Inner {
                 registry,
                 content,
-                flights: Mutex::default(),
+                flights: TaskTable::new(),
             }),
         }
     }
@@ -84,15 +80,13 @@ impl Downloads {
     /// Downloads still running.
     #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
-        self.inner
-            .flights
-            .lock()
-            .map(|m| m.len())
-            .unwrap_or_default()
+        self.inner.flights.len()
     }
 
     /// Makes blob `desc` present in the store: already there, joining a download in flight, or
     /// starting one in its own task. A waiter whose joined download failed starts its own.
+    /// Dropping the returned future leaves the download, which stops when nobody else waits
+    /// (keeping its bytes for the next one).
     pub(crate) async fn fetch(
         &self,
         src: &Source,
@@ -102,28 +96,26 @@ impl Downloads {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (flight, mine) = {
-                let mut map = self
-                    .inner
-                    .flights
-                    .lock()
-                    .map_err(|_| Error::internal("download table poisoned"))?;
-                // Checked under the lock: a finishing download commits before leaving the table.
-                if self.inner.content.contains(&desc.digest) {
-                    drop(map);
-                    on_event(BlobEvent::Cached);
-                    return Ok(());
-                }
-                match map.get(&desc.digest) {
-                    Some(f) => (f.clone(), false),
-                    None => {
-                        let f = self.spawn(src.clone(), desc.clone());
-                        map.insert(desc.digest.clone(), f.clone());
-                        (f, true)
-                    }
-                }
+            let mut mine = false;
+            let content = &self.inner.content;
+            // Checked under the table's lock: a finishing download commits before leaving it.
+            let flight = self
+                .inner
+                .flights
+                .join(
+                    &desc.digest,
+                    || content.contains(&desc.digest),
+                    || {
+                        mine = true;
+                        self.start(src.clone(), desc.clone())
+                    },
+                )
+                .await;
+            let Some(flight) = flight else {
+                on_event(BlobEvent::Cached);
+                return Ok(());
             };
-            match follow(flight, desc.size, &mut on_event).await {
+            match follow(&flight, desc.size, &mut on_event).await {
                 Ok(()) => {
                     on_event(BlobEvent::Done);
                     return Ok(());
@@ -136,59 +128,86 @@ impl Downloads {
         }
     }
 
-    /// Starts downloading `desc`; the task leaves the table when it ends, however it ends.
-    fn spawn(&self, src: Source, desc: Descriptor) -> Flight {
+    /// The download of `desc`, to run as a task, and its progress receiver.
+    fn start(
+        &self,
+        src: Source,
+        desc: Descriptor,
+    ) -> (
+        futures::future::BoxFuture<'static, Result<()>>,
+        watch::Receiver<u64>,
+    ) {
         let (tx, progress) = watch::channel(0u64);
         let inner = self.inner.clone();
-        let handle = tokio::spawn(async move {
-            let _leave = Leave {
-                inner: inner.clone(),
-                digest: desc.digest.clone(),
-            };
-            // Dropped before `_leave` on failure, so no partial file outlives the table entry.
-            let mut ingest = inner.content.ingest(&desc.digest, Some(desc.size))?;
-            let report = |n| {
-                tx.send_replace(n);
-            };
-            let (ep, r, creds) = (&src.endpoint, &src.reference, &src.creds);
-            inner
-                .registry
-                .fetch_blob(ep, r, creds, &desc, &mut ingest, report)
-                .await?;
+        let task = async move {
+            let content = inner.content.clone();
+            let (digest, size) = (desc.digest.clone(), desc.size);
+            // Hashes again what an interrupted download stored: keep it off the async workers.
+            let mut ingest = tokio::task::spawn_blocking(move || content.resume(&digest, size))
+                .await
+                .map_err(|e| Error::internal(format!("resume task: {e}")))??;
+            if ingest.written() > 0 {
+                tracing::info!(digest = %desc.digest, from = ingest.written(), "resuming blob download");
+            }
+            download(&inner.registry, &src, &desc, &mut ingest, &tx).await?;
             // Commit fsyncs the whole blob: keep it off the async workers.
             tokio::task::spawn_blocking(move || ingest.commit())
                 .await
                 .map_err(|e| Error::internal(format!("commit task: {e}")))?
-        });
-        let done = async move {
-            handle
-                .await
-                .unwrap_or_else(|e| Err(Error::internal(format!("download task: {e}"))))
-        }
-        .boxed()
-        .shared();
-        Flight { done, progress }
+        };
+        (task.boxed(), progress)
     }
 }
 
-/// Removes a download from the table when its task ends, even by panic or abort.
-struct Leave {
-    inner: Arc<Inner>,
-    digest: Digest,
-}
-
-impl Drop for Leave {
-    fn drop(&mut self) {
-        if let Ok(mut map) = self.inner.flights.lock() {
-            map.remove(&self.digest);
+/// Fetches `desc` into `ingest` until it verifies. A digest mismatch is fetched once more from
+/// byte 0 (the stored part may be what was wrong); a second mismatch, or an answer no retry
+/// can mend, discards the stored bytes. An ingest left for other failures resumes next time.
+async fn download(
+    registry: &RegistryClient,
+    src: &Source,
+    desc: &Descriptor,
+    ingest: &mut Ingest,
+    progress: &watch::Sender<u64>,
+) -> Result<()> {
+    let (ep, r, creds) = (&src.endpoint, &src.reference, &src.creds);
+    let mut refetched = false;
+    loop {
+        let report = |n| {
+            progress.send_replace(n);
+        };
+        if let Err(e) = registry
+            .fetch_blob(ep, r, creds, desc, ingest, report)
+            .await
+        {
+            if e.kind() == ErrorKind::InvalidArgument {
+                // No start for the next download. Should truncating fail, the digest check
+                // still refuses what is left.
+                let _ = ingest.restart();
+            }
+            return Err(e);
+        }
+        match ingest.verify() {
+            Ok(()) => return Ok(()),
+            Err(e) if !refetched => {
+                tracing::warn!(digest = %desc.digest, error = %e, "blob does not verify, fetching it again from byte 0");
+                refetched = true;
+                ingest.restart()?;
+            }
+            Err(e) => {
+                let _ = ingest.restart();
+                return Err(Error::new(
+                    e.kind(),
+                    format!("{} (fetched twice)", e.message()),
+                ));
+            }
         }
     }
 }
 
 /// Waits for `flight`, passing on its progress in steps.
-async fn follow(flight: Flight, size: u64, on_event: &mut impl FnMut(BlobEvent)) -> Result<()> {
-    let Flight { done, mut progress } = flight;
-    let mut done = std::pin::pin!(done);
+async fn follow(flight: &Flight, size: u64, on_event: &mut impl FnMut(BlobEvent)) -> Result<()> {
+    let mut progress = flight.extra().clone();
+    let mut done = std::pin::pin!(flight.done());
     let mut last = 0;
     loop {
         tokio::select! {

@@ -1,64 +1,17 @@
-//! Per-registry host settings (mirrors, plain HTTP, TLS) and the ordered endpoints a pull tries.
+//! The ordered endpoints a pull tries (mirrors, then the origin) from the `[registry.hosts]` settings.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
-use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::error::{Error, Result};
+use crate::config::registry::{self, HostConfig, RegistryConfig, TlsSettings};
+use crate::error::Result;
 use crate::image::reference::DEFAULT_DOMAIN;
 
 /// Where `docker.io` really lives (docker and containerd use the same host).
 pub const DOCKER_HUB_HOST: &str = "registry-1.docker.io";
 
-/// The `[registry]` section of bosun's config.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RegistryConfig {
-    /// Settings per registry host (`docker.io`, `127.0.0.1:5000`), keyed like image domains.
-    #[serde(default)]
-    pub hosts: BTreeMap<String, HostConfig>,
-    /// TCP+TLS connect timeout in seconds (default 10).
-    #[serde(default = "default_connect_timeout")]
-    pub connect_timeout_secs: u64,
-    /// Longest silence while reading a response, in seconds (default 30); large layers may take
-    /// as long as they like as long as bytes keep arriving.
-    #[serde(default = "default_read_timeout")]
-    pub read_timeout_secs: u64,
-}
-
-fn default_connect_timeout() -> u64 {
-    10
-}
-
-fn default_read_timeout() -> u64 {
-    30
-}
-
-impl Default for RegistryConfig {
-    fn default() -> Self {
-        RegistryConfig {
-            hosts: BTreeMap::new(),
-            connect_timeout_secs: default_connect_timeout(),
-            read_timeout_secs: default_read_timeout(),
-        }
-    }
-}
-
+/// Image domains resolve to `[registry.hosts]` keys here, where Docker Hub's names are known.
 impl RegistryConfig {
-    /// The connect timeout.
-    pub fn connect_timeout(&self) -> Duration {
-        Duration::from_secs(self.connect_timeout_secs.max(1))
-    }
-
-    /// The read (idle) timeout.
-    pub fn read_timeout(&self) -> Duration {
-        Duration::from_secs(self.read_timeout_secs.max(1))
-    }
-
     /// The settings for `host`, accepting Docker Hub's other spellings as keys.
     pub fn host(&self, host: &str) -> Option<&HostConfig> {
         self.hosts.get(host).or_else(|| {
@@ -71,56 +24,6 @@ impl RegistryConfig {
                 .flatten()
         })
     }
-
-    /// Every TLS setting some endpoint may use (for building one HTTP client per setting).
-    pub fn tls_settings(&self) -> Vec<TlsSettings> {
-        let mut v = vec![TlsSettings::default()];
-        for h in self.hosts.values() {
-            let t = h.tls();
-            if !v.contains(&t) {
-                v.push(t);
-            }
-        }
-        v
-    }
-}
-
-/// One `[registry.hosts."<host>"]` table, in the spirit of containerd's hosts.toml.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostConfig {
-    /// Mirror URLs tried in order before the origin; the same repository path is requested.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mirrors: Vec<String>,
-    /// `true`: plain HTTP only; `false`: HTTPS only; unset: HTTPS, except that loopback hosts
-    /// fall back to plain HTTP (as docker and containerd do for localhost).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plain_http: Option<bool>,
-    /// Extra CA bundle (PEM) trusted for this host, on top of the system roots.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<PathBuf>,
-    /// Accept any certificate (testing only).
-    #[serde(default)]
-    pub skip_verify: bool,
-}
-
-impl HostConfig {
-    /// The TLS settings for this host.
-    pub fn tls(&self) -> TlsSettings {
-        TlsSettings {
-            ca_file: self.ca_file.clone(),
-            skip_verify: self.skip_verify,
-        }
-    }
-}
-
-/// TLS trust settings; one HTTP client is built per distinct value.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct TlsSettings {
-    /// Extra CA bundle.
-    pub ca_file: Option<PathBuf>,
-    /// Skip certificate verification.
-    pub skip_verify: bool,
 }
 
 /// How an endpoint is spoken to.
@@ -169,10 +72,7 @@ pub fn endpoints(config: &RegistryConfig, domain: &str) -> Result<Vec<Endpoint>>
     let own = config.host(domain).cloned().unwrap_or_default();
     let mut out = Vec::with_capacity(own.mirrors.len() + 1);
     for m in &own.mirrors {
-        out.push(
-            mirror_endpoint(config, m)
-                .map_err(|why| Error::invalid(format!("registry {domain}: mirror {m:?}: {why}")))?,
-        );
+        out.push(mirror_endpoint(config, domain, m)?);
     }
     let host = if domain == DEFAULT_DOMAIN {
         DOCKER_HUB_HOST
@@ -189,42 +89,14 @@ pub fn endpoints(config: &RegistryConfig, domain: &str) -> Result<Vec<Endpoint>>
     Ok(out)
 }
 
-/// Checks every mirror URL in `config`, so a typo fails at start rather than at the first pull.
-pub fn validate(config: &RegistryConfig) -> Result<()> {
-    for domain in config.hosts.keys() {
-        endpoints(config, domain)?;
-    }
-    Ok(())
-}
-
-/// A mirror from `[scheme://]host[:port][/prefix]`; its own host table (if any) gives TLS.
-fn mirror_endpoint(config: &RegistryConfig, url: &str) -> std::result::Result<Endpoint, String> {
-    let (explicit, rest) = match url.split_once("://") {
-        Some(("http", rest)) => (Some(Scheme::Http), rest),
-        Some(("https", rest)) => (Some(Scheme::Https), rest),
-        Some((other, _)) => return Err(format!("unsupported scheme {other:?}")),
-        None => (None, url),
-    };
-    let (host, prefix) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-        None => (rest, ""),
-    };
-    let valid = !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
-        && reqwest::Url::parse(&format!("https://{host}/")).is_ok();
-    if !valid {
-        return Err(format!("invalid host {host:?}"));
-    }
-    if prefix.contains(['?', '#']) {
-        return Err("query or fragment not allowed".into());
-    }
-    let own = config.host(host).cloned().unwrap_or_default();
+/// Mirror `url` of registry `domain`; the mirror's own host table (if any) gives TLS.
+fn mirror_endpoint(config: &RegistryConfig, domain: &str, url: &str) -> Result<Endpoint> {
+    let m = registry::mirror(domain, url)?;
+    let own = config.host(m.host).cloned().unwrap_or_default();
     Ok(Endpoint {
-        host: host.to_string(),
-        scheme: explicit.unwrap_or_else(|| scheme_for(host, own.plain_http)),
-        prefix: prefix.to_string(),
+        host: m.host.to_string(),
+        scheme: scheme_for(m.host, m.plain_http.or(own.plain_http)),
+        prefix: m.prefix.to_string(),
         mirror: true,
         tls: own.tls(),
     })
@@ -253,54 +125,11 @@ pub fn is_loopback(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn config(toml_text: &str) -> RegistryConfig {
-        #[derive(Deserialize)]
-        struct Top {
-            registry: RegistryConfig,
-        }
-        toml::from_str::<Top>(toml_text).expect("toml").registry
-    }
-
-    #[test]
-    fn hosts_toml_deserialises_with_defaults() {
-        let c = config(
-            r#"
-            [registry.hosts."docker.io"]
-            mirrors = ["http://127.0.0.1:5001", "https://mirror.example"]
-            [registry.hosts."127.0.0.1:5000"]
-            plain_http = true
-            ca_file = "/etc/ssl/my-ca.pem"
-            skip_verify = false
-            "#,
-        );
-        assert_eq!(c.connect_timeout(), Duration::from_secs(10));
-        assert_eq!(c.hosts["docker.io"].mirrors.len(), 2);
-        let local = &c.hosts["127.0.0.1:5000"];
-        assert_eq!(local.plain_http, Some(true));
-        assert_eq!(
-            local.ca_file.as_deref(),
-            Some(std::path::Path::new("/etc/ssl/my-ca.pem"))
-        );
-        assert_eq!(c.tls_settings().len(), 2);
-        let text = toml::to_string(&c).expect("serialise");
-        assert_eq!(
-            toml::from_str::<RegistryConfig>(&text).expect("round trip"),
-            c
-        );
-        let unknown = r#"[registry.hosts."x"]
-            mirror = []"#;
-        #[derive(Deserialize, Debug)]
-        #[allow(dead_code)]
-        struct Top {
-            registry: RegistryConfig,
-        }
-        assert!(toml::from_str::<Top>(unknown).is_err(), "typos are refused");
-    }
+    use crate::config::registry::from_toml;
 
     #[test]
     fn docker_hub_mirrors_come_first_then_the_origin() {
-        let c = config(
+        let c = from_toml(
             r#"
             [registry.hosts."docker.io"]
             mirrors = ["http://127.0.0.1:5001", "https://mirror.example/cache/", "m2.example:8443"]
@@ -329,7 +158,7 @@ mod tests {
 
     #[test]
     fn loopback_hosts_fall_back_to_plain_http_unless_configured() {
-        let c = config(
+        let c = from_toml(
             r#"
             [registry.hosts."localhost:5000"]
             plain_http = false
@@ -349,22 +178,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_mirrors_are_refused_naming_the_host() {
-        for m in ["ftp://x", "", "http://", "a b", "https://x/p?q=1"] {
-            let mut c = RegistryConfig::default();
-            c.hosts.insert(
-                "docker.io".into(),
-                HostConfig {
-                    mirrors: vec![m.into()],
-                    ..Default::default()
-                },
-            );
-            let e = validate(&c).expect_err(m);
-            assert!(
-                e.to_string().starts_with("registry docker.io: mirror"),
-                "{e}"
-            );
-        }
+    fn docker_hub_aliases_are_host_keys_too() {
         let mut c = RegistryConfig::default();
         c.hosts.insert(
             "index.docker.io".into(),

@@ -5,6 +5,7 @@ pub mod challenge;
 pub mod client;
 pub(crate) mod downloads;
 pub mod hosts;
+pub(crate) mod retry;
 mod transport;
 
 #[cfg(test)]
@@ -14,4 +15,4 @@ pub(crate) mod testserver;
 
 pub use auth::Credentials;
 pub use client::{RegistryClient, Resolved};
-pub use hosts::{Endpoint, HostConfig, RegistryConfig, Scheme, TlsSettings};
+pub use hosts::{Endpoint, Scheme};

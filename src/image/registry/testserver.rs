@@ -10,11 +10,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 use base64::Engine as _;
 
+use crate::config::registry::RegistryConfig;
 use crate::image::content::ContentStore;
 use crate::image::digest::Digest;
-use crate::image::manifest::media;
+use crate::image::manifest::{media, Descriptor};
 use crate::image::reference::Reference;
-use crate::image::registry::{RegistryClient, RegistryConfig};
+use crate::image::registry::RegistryClient;
 
 /// A parsed request.
 #[derive(Debug, Clone)]
@@ -41,6 +42,8 @@ pub(crate) struct Response {
     pub body: Vec<u8>,
     /// Sleep before answering (to make concurrent requests overlap).
     pub delay: Duration,
+    /// Send only this many body bytes (with the full Content-Length), then close.
+    pub cut: Option<usize>,
 }
 
 impl Response {
@@ -57,6 +60,10 @@ impl Response {
     }
     pub fn delayed(mut self, d: Duration) -> Self {
         self.delay = d;
+        self
+    }
+    pub fn cut_at(mut self, n: usize) -> Self {
+        self.cut = Some(n);
         self
     }
 }
@@ -182,7 +189,8 @@ async fn serve(
     }
     out.push_str("\r\n");
     sock.write_all(out.as_bytes()).await?;
-    sock.write_all(&resp.body).await?;
+    let n = resp.cut.unwrap_or(resp.body.len()).min(resp.body.len());
+    sock.write_all(&resp.body[..n]).await?;
     sock.shutdown().await
 }
 
@@ -245,12 +253,15 @@ pub(crate) struct FakeRepo {
     pub blobs: HashMap<Digest, Vec<u8>>,
     /// Delay for blob answers.
     pub blob_delay: Duration,
+    /// Whether blob GETs with `Range: bytes=N-` get 206 and the rest of the blob.
+    pub ranges: bool,
 }
 
 impl FakeRepo {
     pub fn new(repo: &str) -> Self {
         FakeRepo {
             repo: repo.to_string(),
+            ranges: true,
             ..Default::default()
         }
     }
@@ -282,7 +293,20 @@ impl FakeRepo {
             .and_then(|d| Digest::parse(d).ok())
         {
             if let Some(bytes) = self.blobs.get(&d) {
-                return Response::new(200, bytes.clone()).delayed(self.blob_delay);
+                let from = req
+                    .header("range")
+                    .and_then(|r| r.strip_prefix("bytes="))
+                    .and_then(|r| r.strip_suffix('-'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|n| self.ranges && *n < bytes.len());
+                return match from {
+                    Some(n) => Response::new(206, bytes[n..].to_vec()).header(
+                        "Content-Range",
+                        &format!("bytes {n}-{}/{}", bytes.len() - 1, bytes.len()),
+                    ),
+                    None => Response::new(200, bytes.clone()),
+                }
+                .delayed(self.blob_delay);
             }
         }
         Response::new(
@@ -302,6 +326,17 @@ pub(crate) fn reference(server: &TestServer, rest: &str) -> Reference {
 
 pub(crate) fn image() -> FakeImage {
     FakeImage::new(&[b"layer one", b"layer two"], "amd64")
+}
+
+/// The descriptor of an uncompressed layer made of `bytes`.
+pub(crate) fn layer_descriptor(bytes: &[u8]) -> Descriptor {
+    Descriptor {
+        media_type: media::OCI_LAYER.into(),
+        digest: Digest::of(bytes),
+        size: bytes.len() as u64,
+        platform: None,
+        annotations: Default::default(),
+    }
 }
 
 pub(crate) fn basic(user: &str, pass: &str) -> String {

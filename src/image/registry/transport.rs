@@ -2,19 +2,19 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::Instant;
 
 use futures::StreamExt;
-use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
+use reqwest::header::{ACCEPT, AUTHORIZATION, RANGE, WWW_AUTHENTICATE};
 use reqwest::{Response, StatusCode};
 
-use crate::error::{Error, ErrorKind, Result, ResultExt};
+use crate::config::registry::{self, RegistryConfig, TlsSettings};
+use crate::error::{Error, ErrorKind, Result};
 use crate::image::registry::auth::{self, Credentials, TokenCache};
 use crate::image::registry::challenge;
-use crate::image::registry::hosts::{self, Endpoint, RegistryConfig, Scheme, TlsSettings};
+use crate::image::registry::hosts::{self, Endpoint, Scheme};
+use crate::image::registry::retry::{self, Retries};
 
-/// Pause before the single retry of a 5xx answer.
-const RETRY_DELAY: Duration = Duration::from_millis(300);
 /// How much of an error body is read for its message.
 const MAX_ERROR_BODY: u64 = 64 << 10;
 
@@ -22,6 +22,20 @@ const MAX_ERROR_BODY: u64 = 64 << 10;
 enum Failure {
     Connect(String),
     Other(Error),
+}
+
+/// One GET of the distribution API.
+pub(crate) struct Get<'a> {
+    /// The endpoint asked.
+    pub ep: &'a Endpoint,
+    /// The repository (the token scope).
+    pub repo: &'a str,
+    /// The path below `/v2/`.
+    pub rest: &'a str,
+    /// The `Accept` header, if any.
+    pub accept: Option<&'a str>,
+    /// Asks for the bytes from this offset on (`Range: bytes=N-`) when not 0.
+    pub from: u64,
 }
 
 /// Shared HTTP state of a [`super::RegistryClient`].
@@ -36,7 +50,7 @@ pub(crate) struct Transport {
 impl Transport {
     /// Builds one client per TLS setting in `config` (reading CA files now, so errors show early).
     pub(crate) fn new(config: &RegistryConfig) -> Result<Self> {
-        hosts::validate(config)?;
+        config.check()?;
         let mut clients = HashMap::new();
         for tls in config.tls_settings() {
             for loopback in [false, true] {
@@ -54,14 +68,15 @@ impl Transport {
     }
 
     /// GETs `/v2/<rest>` on `ep` for repository `repo`; only 2xx answers come back as `Ok`.
+    /// Transient answers (429, 5xx) and failures after connecting are tried again as `retries`
+    /// allows, honouring `Retry-After`; connect failures are not (the next endpoint is tried).
     pub(crate) async fn get(
         &self,
-        ep: &Endpoint,
-        repo: &str,
-        rest: &str,
-        accept: Option<&str>,
+        g: &Get<'_>,
         creds: &Credentials,
+        retries: &mut Retries<'_>,
     ) -> Result<Response> {
+        let ep = g.ep;
         // The kubelet picked these credentials for the image's registry: a mirror (a pull-through
         // cache with its own upstream credentials) is asked anonymously, and when it refuses,
         // the origin is next in line anyway.
@@ -78,18 +93,13 @@ impl Transport {
             Scheme::Https => false,
             Scheme::HttpsThenHttp => known_plain,
         };
-        let first = self
-            .attempt(client, ep, plain_first, repo, rest, accept, creds)
-            .await;
+        let first = self.attempt(client, g, plain_first, creds, retries).await;
         let result = match first {
             Err(Failure::Connect(tls_err))
                 if ep.scheme == Scheme::HttpsThenHttp && !plain_first =>
             {
                 // docker/containerd: a loopback registry without TLS is spoken to in plain HTTP.
-                match self
-                    .attempt(client, ep, true, repo, rest, accept, creds)
-                    .await
-                {
+                match self.attempt(client, g, true, creds, retries).await {
                     Ok(resp) => {
                         if let Ok(mut s) = self.plain_hosts.lock() {
                             s.insert(ep.host.clone());
@@ -115,34 +125,49 @@ impl Transport {
         })
     }
 
-    /// One scheme: answers a 401 challenge once and retries a 5xx once.
-    #[allow(clippy::too_many_arguments)]
+    /// One scheme: answers a 401 challenge once and retries transient failures.
     async fn attempt(
         &self,
         client: &reqwest::Client,
-        ep: &Endpoint,
+        g: &Get<'_>,
         plain: bool,
-        repo: &str,
-        rest: &str,
-        accept: Option<&str>,
         creds: &Credentials,
+        retries: &mut Retries<'_>,
     ) -> std::result::Result<Response, Failure> {
+        let (ep, repo, rest) = (g.ep, g.repo, g.rest);
         let url = ep.url(plain, rest);
         let scope = auth::pull_scope(repo);
         let mut authorization = self
             .tokens
             .get(&ep.host, &scope, creds)
             .or_else(|| auth::preset(creds));
-        let (mut challenged, mut retried) = (false, false);
+        let mut challenged = false;
         loop {
             let mut req = client.get(&url);
-            if let Some(a) = accept {
+            if let Some(a) = g.accept {
                 req = req.header(ACCEPT, a);
             }
             if let Some(v) = &authorization {
                 req = req.header(AUTHORIZATION, v);
             }
-            let resp = req.send().await.map_err(|e| classify(ep, rest, &e))?;
+            if g.from > 0 {
+                req = req.header(RANGE, format!("bytes={}-", g.from));
+            }
+            let resp = match req.send().await {
+                Ok(resp) => resp,
+                Err(e) => match classify(ep, rest, &e) {
+                    Failure::Other(err) => {
+                        // Connected, then reset or timed out: the next attempt may get through.
+                        tracing::debug!(endpoint = %ep, rest, error = %err, "request failed, retrying");
+                        retries
+                            .pause(None)
+                            .await
+                            .map_err(|why| Failure::Other(why.explain(err)))?;
+                        continue;
+                    }
+                    connect => return Err(connect),
+                },
+            };
             let status = resp.status();
             if status == StatusCode::UNAUTHORIZED && !challenged {
                 challenged = true;
@@ -165,11 +190,20 @@ impl Transport {
                 authorization = Some(value);
                 continue;
             }
-            if status.is_server_error() && !retried {
-                retried = true;
-                tracing::debug!(endpoint = %ep, %status, rest, "registry error, retrying once");
-                tokio::time::sleep(RETRY_DELAY).await;
-                continue;
+            if retry::is_transient(status) {
+                let asked = retry::retry_after(resp.headers());
+                match retries.next_delay(asked, Instant::now()) {
+                    Ok(pause) => {
+                        tracing::debug!(endpoint = %ep, %status, rest, ?pause, "registry busy, retrying");
+                        drop(resp);
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    Err(why) => {
+                        let e = status_error(ep, repo, rest, resp).await;
+                        return Err(Failure::Other(why.explain(e)));
+                    }
+                }
             }
             if status.is_success() {
                 return Ok(resp);
@@ -197,15 +231,7 @@ fn build_client(
         b = b.no_proxy();
     }
     if let Some(ca) = &tls.ca_file {
-        let pem = std::fs::read(ca).ctx(|| format!("registry CA file {}", ca.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-            Error::invalid(format!(
-                "registry CA file {}: {}",
-                ca.display(),
-                describe(&e)
-            ))
-        })?;
-        for c in certs {
+        for c in registry::ca_certificates(ca)? {
             b = b.add_root_certificate(c);
         }
     }

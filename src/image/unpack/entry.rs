@@ -315,14 +315,8 @@ fn copy_data<R: Read>(entry: &mut tar::Entry<'_, R>, file: &mut File) -> Result<
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::invalid(format!("read file data: {e}"))),
         };
-        if let Err(e) = file.write_all(&buf[..n]) {
-            return Err(match e.raw_os_error() {
-                Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
-                    exhausted(format!("write file data: {e}"))
-                }
-                _ => Error::from(e).context("write file data"),
-            });
-        }
+        // A full disk is NoSpace (the snapshot store names the file system).
+        file.write_all(&buf[..n]).ctx(|| "write file data")?;
         copied += n as u64;
     }
     if copied != want {

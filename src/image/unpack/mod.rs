@@ -60,7 +60,8 @@ pub struct ApplyStats {
 /// The stream is read to its very end, trailing padding included, so a hashing reader the
 /// caller passes sees every byte. On error the directory holds a partial layer: the caller
 /// discards it. Errors name the member (`entry "a/b": ...`) and are InvalidArgument for bad
-/// or hostile content, ResourceExhausted for limits and Internal for I/O failures.
+/// or hostile content, ResourceExhausted for limits, NoSpace for a full disk and Internal for
+/// other I/O failures.
 pub fn apply<R: Read>(reader: R, dest_dir: &Path, limits: &UnpackLimits) -> Result<ApplyStats> {
     let root = root::Root::open(dest_dir)?;
     let (guarded, switch) = limits::HeaderGuard::new(reader);

@@ -14,8 +14,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::config::cidr::Cidr;
 use crate::error::{Error, ErrorKind, Result, ResultExt};
-use crate::network::cidr::Cidr;
 
 /// The journal's file name in the network's lease directory.
 pub const LEASES: &str = "leases";
@@ -255,10 +255,22 @@ impl Leases {
         Ok(Some(Pending(self.journal.clone())))
     }
 
+    /// Appends `line` whole or not at all: a write a full disk cuts short is truncated away,
+    /// or the next line would run on from the torn one and be lost at the next start
+    /// (issue 28).
     fn append(&mut self, line: &str) -> Result<()> {
-        (&*self.journal)
-            .write_all(line.as_bytes())
-            .ctx(|| format!("write {}", self.dir.join(LEASES).display()))?;
+        let path = self.dir.join(LEASES);
+        let journal = &*self.journal;
+        let before = journal
+            .metadata()
+            .ctx(|| format!("stat {}", path.display()))?;
+        if let Err(e) = (&*self.journal).write_all(line.as_bytes()) {
+            let _ = journal.set_len(before.len());
+            return Err(crate::store::space::name_fs(
+                Error::from(e).context(format!("write {}", path.display())),
+                &path,
+            ));
+        }
         self.lines += 1;
         Ok(())
     }
@@ -275,13 +287,14 @@ impl Leases {
                 format!("+ {id} {}\n", ips.join(" "))
             })
             .collect();
-        {
-            let mut f = File::create(&tmp).ctx(|| format!("create {}", tmp.display()))?;
-            f.write_all(text.as_bytes())
-                .and_then(|()| f.sync_all())
-                .ctx(|| format!("write {}", tmp.display()))?;
+        let written = File::create(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .ctx(|| format!("write {}", tmp.display()));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
         }
-        std::fs::rename(&tmp, &path).ctx(|| format!("rename {}", tmp.display()))?;
+        written?;
         File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .ctx(|| format!("sync {}", self.dir.display()))?;
@@ -299,7 +312,7 @@ impl Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::cidr;
+    use crate::config::cidr;
 
     fn nets(s: &str) -> Vec<Cidr> {
         cidr::parse_list(s).expect("subnets")
@@ -344,6 +357,28 @@ mod tests {
         assert_eq!(l.ids(), ["a"]);
         let text = std::fs::read_to_string(dir.path().join(LEASES)).expect("read");
         assert_eq!(text, "+ a 10.9.0.2\n");
+    }
+
+    #[test]
+    fn a_line_a_full_disk_cuts_short_is_taken_back() {
+        let name = "a_line_a_full_disk_cuts_short_is_taken_back";
+        let Some(fs) = crate::testutil::SmallTmpfs::new(name, 64) else {
+            return;
+        };
+        // 4086 bytes: the next line's first 10 fit in the journal's page, the rest do not.
+        std::fs::write(fs.path().join(LEASES), "- pad\n".repeat(681)).expect("write");
+        let mut l = Leases::open(fs.path()).expect("open");
+        fs.fill();
+        let e = l
+            .allocate("a", &nets("10.9.0.0/24"))
+            .expect_err("a full disk");
+        assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+        let journal = fs.path().join(LEASES);
+        assert_eq!(std::fs::metadata(&journal).expect("stat").len(), 4086);
+        fs.free();
+        l.allocate("b", &nets("10.9.0.0/24")).expect("once freed");
+        drop(l);
+        assert_eq!(Leases::open(fs.path()).expect("reopen").ids(), ["b"]);
     }
 
     #[test]

@@ -45,7 +45,7 @@ struct State {
     /// The spec the table was last built from (checked at each attach).
     built: Option<nft::Spec>,
     /// The bridge's index and the subnets its addresses were set for.
-    bridge: Option<(u32, Vec<crate::network::cidr::Cidr>)>,
+    bridge: Option<(u32, Vec<crate::config::cidr::Cidr>)>,
 }
 
 struct Inner {

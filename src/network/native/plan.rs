@@ -5,18 +5,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::nft;
+use crate::config::cidr::{self, Cidr};
 use crate::config::NetworkConfig;
 use crate::error::{Error, Result, ResultExt};
-use crate::network::cidr::{self, Cidr};
 use crate::network::PodNetwork;
-
-/// Whether `s` is 1-`max` letters, digits, `-`, `_`, `.` (a table or interface name).
-fn word(s: &str, max: usize) -> bool {
-    !s.is_empty()
-        && s.len() <= max
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-}
 
 /// The embedded network as configured now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,25 +34,12 @@ pub struct Plan {
 impl Plan {
     /// The plan from `cfg`; `pod_cidr` (UpdateRuntimeConfig), when set, replaces the subnet.
     pub fn new(cfg: &NetworkConfig, pod_cidr: Option<&str>, active: bool) -> Result<Plan> {
-        if !word(&cfg.name, 64) {
-            return Err(Error::invalid(format!(
-                "config network.name {:?}: 1-64 letters, digits, '-', '_', '.'",
-                crate::error::echo(&cfg.name)
-            )));
-        }
-        if !word(&cfg.bridge, 15) {
-            return Err(Error::invalid(format!(
-                "config network.bridge {:?}: an interface name of 1-15 letters, digits, '-', '_', '.'",
-                crate::error::echo(&cfg.bridge)
-            )));
-        }
-        let text = pod_cidr.unwrap_or(&cfg.subnet);
-        let mut subnets = cidr::parse_list(text).map_err(|e| {
-            e.context(match pod_cidr {
-                Some(_) => "pod CIDR from UpdateRuntimeConfig",
-                None => "config network.subnet",
-            })
-        })?;
+        cfg.check_names()?;
+        let mut subnets = match pod_cidr {
+            Some(text) => cidr::parse_list(text)
+                .map_err(|e| e.context("pod CIDR from UpdateRuntimeConfig"))?,
+            None => cfg.subnets()?,
+        };
         subnets.sort_by_key(|c| c.addr.is_ipv6());
         Ok(Plan {
             name: cfg.name.clone(),

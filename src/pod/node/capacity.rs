@@ -1,12 +1,9 @@
 //! Node capacity (from the machine) and allocatable (capacity less reservations and the hard eviction thresholds), as the kubelet computes them.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::thresholds::{Signal, Threshold};
-use crate::config::NodeConfig;
-use crate::error::{Error, Result};
-use crate::pod::quantity;
+use crate::config::eviction::Signal;
+use crate::config::node::{NodeConfig, Reserved};
 
 /// Amounts of the node's resources: cpu in millicores, memory and ephemeral storage in bytes,
 /// pids and pods as counts.
@@ -92,30 +89,16 @@ pub fn max_pids() -> i64 {
     }
 }
 
-/// A reservation map (`cpu`, `memory`, `ephemeral-storage`, `pid`) as amounts.
-pub fn reservation(field: &str, map: &BTreeMap<String, String>) -> Result<Amounts> {
-    let mut a = Amounts::default();
-    for (k, v) in map {
-        let q = quantity::parse(v).filter(|q| *q >= 0.0).ok_or_else(|| {
-            Error::invalid(format!(
-                "[node] {field}.{k}: {:?} is not a non-negative quantity",
-                crate::error::echo(v)
-            ))
-        })?;
-        match k.as_str() {
-            "cpu" => a.cpu_milli = (q * 1000.0).ceil() as i64,
-            "memory" => a.memory = q.ceil() as i64,
-            "ephemeral-storage" => a.ephemeral_storage = q.ceil() as i64,
-            "pid" => a.pids = q.ceil() as i64,
-            other => {
-                return Err(Error::invalid(format!(
-                    "[node] {field}: unknown resource {:?} (cpu, memory, ephemeral-storage, pid)",
-                    crate::error::echo(other)
-                )))
-            }
+impl From<Reserved> for Amounts {
+    fn from(r: Reserved) -> Amounts {
+        Amounts {
+            cpu_milli: r.cpu_milli,
+            memory: r.memory,
+            ephemeral_storage: r.ephemeral_storage,
+            pids: r.pids,
+            pods: 0,
         }
     }
-    Ok(a)
 }
 
 /// The node's capacity and what pods may have of it.
@@ -132,15 +115,10 @@ pub struct Allocation {
 
 /// The kubelet's GetNodeAllocatableReservation: the reservations plus the hard
 /// `memory.available` and `nodefs.available` thresholds, taken from capacity.
-pub fn allocation(
-    capacity: Amounts,
-    cfg: &NodeConfig,
-    thresholds: &[Threshold],
-) -> Result<Allocation> {
-    let reserved = reservation("system_reserved", &cfg.system_reserved)?
-        .plus(&reservation("kube_reserved", &cfg.kube_reserved)?);
+pub fn allocation(capacity: Amounts, cfg: &NodeConfig) -> Allocation {
+    let reserved = Amounts::from(cfg.system_reserved).plus(&cfg.kube_reserved.into());
     let mut eviction = Amounts::default();
-    for t in thresholds.iter().filter(|t| t.is_hard()) {
+    for t in cfg.eviction.iter().filter(|t| t.is_hard()) {
         match t.signal {
             Signal::MemoryAvailable => {
                 eviction.memory = t.value.of(capacity.memory as f64) as i64;
@@ -152,12 +130,12 @@ pub fn allocation(
         }
     }
     let allocatable = capacity.minus(&reserved).minus(&eviction);
-    Ok(Allocation {
+    Allocation {
         capacity,
         reserved,
         eviction,
         allocatable,
-    })
+    }
 }
 
 /// What the `kubepods` cgroup is limited to when allocatable is enforced: capacity less the
@@ -169,6 +147,7 @@ pub fn pods_cgroup_limit(a: &Allocation) -> Amounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::NodeKeys;
 
     #[test]
     fn allocatable_is_capacity_less_reservations_and_hard_thresholds() {
@@ -179,13 +158,13 @@ mod tests {
             pids: 4_194_304,
             pods: 110,
         };
-        let mut cfg = NodeConfig::default();
-        cfg.system_reserved.insert("cpu".into(), "500m".into());
-        cfg.system_reserved.insert("memory".into(), "1Gi".into());
-        cfg.kube_reserved.insert("memory".into(), "512Mi".into());
-        cfg.kube_reserved.insert("pid".into(), "1000".into());
-        let t = super::super::thresholds::parse(&cfg).expect("thresholds");
-        let a = allocation(cap, &cfg, &t).expect("allocation");
+        let mut keys = NodeKeys::default();
+        keys.system_reserved.insert("cpu".into(), "500m".into());
+        keys.system_reserved.insert("memory".into(), "1Gi".into());
+        keys.kube_reserved.insert("memory".into(), "512Mi".into());
+        keys.kube_reserved.insert("pid".into(), "1000".into());
+        let cfg = keys.check().expect("[node]");
+        let a = allocation(cap, &cfg);
         assert_eq!(a.allocatable.cpu_milli, 3500);
         assert_eq!(
             a.allocatable.memory,
@@ -195,16 +174,6 @@ mod tests {
         assert_eq!(a.allocatable.pids, 4_194_304 - 1000);
         assert_eq!(a.allocatable.pods, 110);
         assert_eq!(pods_cgroup_limit(&a).memory, (8 << 30) - (1536 << 20));
-    }
-
-    #[test]
-    fn bad_reservations_name_the_key() {
-        let m = BTreeMap::from([("gpu".to_string(), "1".to_string())]);
-        let e = reservation("system_reserved", &m).expect_err("gpu");
-        assert!(e.to_string().contains("unknown resource \"gpu\""), "{e}");
-        let m = BTreeMap::from([("memory".to_string(), "-1Gi".to_string())]);
-        let e = reservation("kube_reserved", &m).expect_err("negative");
-        assert!(e.to_string().contains("[node] kube_reserved.memory"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use super::thresholds::{Condition, Signal, Threshold};
+use super::thresholds::Condition;
+use crate::config::eviction::{Signal, Threshold};
 
 /// One reading of a signal.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -126,8 +127,8 @@ impl Tracker {
 
 #[cfg(test)]
 mod tests {
-    use super::super::thresholds::Value;
     use super::*;
+    use crate::config::eviction::Value;
 
     fn obs(signal: Signal, available: f64) -> Observations {
         BTreeMap::from([(

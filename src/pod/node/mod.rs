@@ -24,9 +24,9 @@ use self::capacity::Allocation;
 use self::eviction::{Decision, Observations, Tracker};
 use self::qos::QosCgroups;
 use self::signals::Source;
-use self::thresholds::{Condition, Threshold};
+use self::thresholds::Condition;
+use crate::config::eviction::Threshold;
 use crate::config::Config;
-use crate::error::{Error, Result};
 use crate::pod::resources::{self, QosClass};
 
 /// The kubelet's reason for pods refused or removed under pressure.
@@ -38,46 +38,28 @@ pub const PREEMPTED_MESSAGE: &str = "Preempted in order to admit critical pod";
 /// How long eviction waits for an evicted pod to be gone before looking again.
 pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The node's settings, parsed once from `[node]`.
+/// The node's settings: `[node]` as checked at load, and the machine's capacity.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub thresholds: Vec<Threshold>,
     pub allocation: Allocation,
     pub housekeeping: Duration,
     pub transition: Duration,
-    /// evictionMaxPodGracePeriod (seconds); 0: the pod's own.
-    pub max_pod_grace: i64,
+    /// evictionMaxPodGracePeriod; `None`: the pod's own.
+    pub max_pod_grace: Option<Duration>,
 }
 
-/// Parses and checks `[node]` against the machine (at daemon start: a bad key stops it).
-pub fn settings(config: &Config) -> Result<Settings> {
+/// The settings of `[node]` (checked when the config was loaded) on this machine.
+pub fn settings(config: &Config) -> Settings {
     let cfg = &config.node;
-    let thresholds = thresholds::parse(cfg)?;
     let capacity = capacity::machine(&config.root, cfg.max_pods);
-    let allocation = capacity::allocation(capacity, cfg, &thresholds)?;
-    let housekeeping = thresholds::duration("housekeeping_interval", &cfg.housekeeping_interval)?;
-    if housekeeping < Duration::from_millis(100) {
-        return Err(Error::invalid(
-            "[node] housekeeping_interval: at least 100ms".to_string(),
-        ));
-    }
-    let transition = thresholds::duration(
-        "eviction_pressure_transition_period",
-        &cfg.eviction_pressure_transition_period,
-    )?;
-    if cfg.eviction_max_pod_grace_period < 0 {
-        return Err(Error::invalid(
-            "[node] eviction_max_pod_grace_period: must not be negative".to_string(),
-        ));
-    }
-    qos::root_name(&cfg.cgroup_root)?;
-    Ok(Settings {
-        thresholds,
-        allocation,
-        housekeeping,
-        transition,
+    Settings {
+        thresholds: cfg.eviction.clone(),
+        allocation: capacity::allocation(capacity, cfg),
+        housekeeping: cfg.housekeeping_interval,
+        transition: cfg.eviction_pressure_transition_period,
         max_pod_grace: cfg.eviction_max_pod_grace_period,
-    })
+    }
 }
 
 /// What admission decided for a pod.
@@ -407,8 +389,8 @@ impl Node {
             return Duration::from_secs(1);
         }
         match self.settings.max_pod_grace {
-            0 => pod_grace,
-            max => pod_grace.min(Duration::from_secs(max as u64)),
+            None => pod_grace,
+            Some(max) => pod_grace.min(max),
         }
     }
 }

@@ -22,28 +22,6 @@ pub struct QosCgroups {
     made: std::sync::Mutex<bool>,
 }
 
-/// A cgroup root of `[node] cgroup_root` as components: `/a/b` → `[a, b]`, a systemd slice
-/// `a-b.slice` → `[a, b]`, `/` → `[]`.
-pub fn root_name(root: &str) -> Result<Name> {
-    let t = root.trim();
-    if t == "/" || t.is_empty() || t == "-.slice" {
-        return Ok(Vec::new());
-    }
-    if let Some(base) = t.rsplit('/').next().and_then(|b| b.strip_suffix(".slice")) {
-        return Ok(base.split('-').map(str::to_string).collect());
-    }
-    if !t.starts_with('/') || t.split('/').any(|c| c == ".." || c == ".") {
-        return Err(Error::invalid(format!(
-            "[node] cgroup_root: {:?} must be an absolute cgroup path or a systemd slice",
-            crate::error::echo(t)
-        )));
-    }
-    Ok(t.split('/')
-        .filter(|c| !c.is_empty())
-        .map(str::to_string)
-        .collect())
-}
-
 fn qos_part(q: QosClass) -> Option<&'static str> {
     match q {
         QosClass::Guaranteed => None,
@@ -188,23 +166,5 @@ impl QosCgroups {
     /// `kubepods`'s name.
     pub fn pods_name(&self) -> Name {
         self.name(None)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roots_by_driver() {
-        assert_eq!(root_name("/").expect("root"), Vec::<String>::new());
-        assert_eq!(root_name("/bosun-it-x").expect("path"), vec!["bosun-it-x"]);
-        assert_eq!(root_name("/a/b/").expect("path"), vec!["a", "b"]);
-        assert_eq!(
-            root_name("test-node.slice").expect("slice"),
-            vec!["test", "node"]
-        );
-        assert!(root_name("relative").is_err());
-        assert!(root_name("/a/../b").is_err());
     }
 }

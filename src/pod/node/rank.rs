@@ -3,8 +3,9 @@
 use std::cmp::Ordering;
 
 use super::eviction::Observation;
-use super::thresholds::{Resource, Threshold};
-use crate::pod::quantity::{format_binary, format_decimal};
+use super::thresholds::Resource;
+use crate::config::eviction::Threshold;
+use crate::config::quantity::{format_binary, format_decimal};
 
 /// One container's usage of the starved resource, for the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,8 +97,8 @@ pub fn message(threshold: &Threshold, obs: Option<&Observation>, pod: &Candidate
 
 #[cfg(test)]
 mod tests {
-    use super::super::thresholds::{Signal, Value};
     use super::*;
+    use crate::config::eviction::{Signal, Value};
 
     fn c(uid: &str, priority: i32, usage: Option<i64>, request: i64) -> Candidate {
         Candidate {

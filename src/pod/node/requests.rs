@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 
-use crate::pod::quantity;
+use crate::config::quantity;
 use crate::pod::resources::{self, QosClass};
 
 /// cpu (millicores), memory and ephemeral storage (bytes) of a pod or container.

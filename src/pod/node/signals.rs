@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use super::capacity::{max_pids, meminfo};
 use super::eviction::{Observation, Observations};
-use super::thresholds::Signal;
 use crate::cgroups::Cgroups;
+use crate::config::eviction::Signal;
 
 /// Reads every signal it can.
 pub trait Source: Send + Sync {

@@ -1,10 +1,12 @@
 //! The standalone pod supervisor: one worker task per pod, the kubelet's lifecycle over the runtime.
 
 mod admit;
+mod apply;
 mod describe;
 mod events;
 mod pressure;
 mod record;
+mod service;
 mod start;
 mod state;
 mod static_pods;
@@ -28,13 +30,10 @@ use self::worker::{Msg, Worker};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::image::service::Images;
-use crate::pod::api::{
-    Applied, ApplyAction, ApplyOutcome, ApplyRequest, DeleteRequest, PodService, PodView,
-    SetCondition, WatchEvent,
-};
+use crate::pod::api::{PodView, WatchEvent};
 use crate::pod::env::Sources;
 use crate::pod::exec::Exec;
-use crate::pod::{labels, manifest, validate};
+use crate::pod::labels;
 use crate::runtime::{Filter, Runtime};
 
 /// Watch events kept for a slow watcher.
@@ -235,7 +234,7 @@ impl Supervisor {
         let probe_rt = crate::pod::probe_runtime::start()
             .map_err(|e| Error::internal(format!("probe runtime: {e}")))?;
         let (node_name, host_ip) = node_facts();
-        let node = Arc::new(pressure::open_node(&config, &images)?);
+        let node = Arc::new(pressure::open_node(&config, &images));
         let sh = Arc::new(Shared {
             probe_rt,
             exec: Arc::new(runtime.clone()),
@@ -383,194 +382,6 @@ impl Supervisor {
             .map_err(|_| Error::not_found(format!("pod {namespace}/{name}: gone")))??;
         Ok((*view).clone())
     }
-
-    /// Applies `pods` from `source` (`api`, or `file` with the file's path).
-    pub(crate) fn apply_pods(
-        &self,
-        pods: Vec<Pod>,
-        source: &str,
-        file: Option<PathBuf>,
-    ) -> Vec<Applied> {
-        let mut out = Vec::new();
-        for mut pod in pods {
-            let ns = pod
-                .metadata
-                .namespace
-                .clone()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| "default".into());
-            pod.metadata.namespace = Some(ns.clone());
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let fp = fingerprint(&pod);
-            let key = (ns.clone(), name.clone());
-            let (action, predecessor) = {
-                let live = lock(&self.sh.live);
-                match live.get(&key) {
-                    Some(h) if h.fingerprint == fp => {
-                        out.push(Applied {
-                            namespace: ns,
-                            name,
-                            uid: h.uid.clone(),
-                            action: ApplyAction::Unchanged,
-                        });
-                        continue;
-                    }
-                    Some(h) => {
-                        let (rtx, _) = oneshot::channel();
-                        let _ = h.tx.send(Msg::Delete {
-                            grace: None,
-                            force: false,
-                            reply: rtx,
-                        });
-                        (ApplyAction::Replaced, Some((h.uid.clone(), h.done.clone())))
-                    }
-                    None => (ApplyAction::Created, None),
-                }
-            };
-            let uid = new_uid();
-            let now = crate::runtime::status::now_ns();
-            pod.metadata.uid = Some(uid.clone());
-            pod.metadata.creation_timestamp = status::time(now);
-            pod.metadata.deletion_timestamp = None;
-            pod.metadata.deletion_grace_period_seconds = None;
-            pod.status = None;
-            let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
-            annotations.insert(labels::CONFIG_SOURCE.to_string(), source.to_string());
-            if let Some(f) = &file {
-                annotations.insert(
-                    static_pods::CONFIG_FILE.to_string(),
-                    f.display().to_string(),
-                );
-            }
-            pod.metadata.annotations = Some(annotations);
-            let rec = Record {
-                pod,
-                source: source.to_string(),
-                file: file.clone(),
-                created_ns: now,
-                deletion: None,
-                gates: BTreeMap::new(),
-                conditions: BTreeMap::new(),
-                finished: false,
-                admitted: false,
-                failure: None,
-                replaces: predecessor.as_ref().map(|(u, _)| u.clone()),
-            };
-            if let Err(e) = rec.save(&self.sh.pods_dir) {
-                tracing::error!(pod = %rec.key(), error = %e, "save pod record");
-                continue;
-            }
-            self.spawn(rec, predecessor.map(|(_, d)| d), fp, true);
-            out.push(Applied {
-                namespace: ns,
-                name,
-                uid,
-                action,
-            });
-        }
-        out
-    }
-
-    /// Parses and validates `text` whole: every error of every pod, or the pods and warnings.
-    pub(crate) fn check(text: &str, source: &str) -> Result<(Vec<Pod>, Vec<String>)> {
-        let (pods, mut errors) = manifest::parse_all(source, text);
-        let mut warnings = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for p in &pods {
-            let ns = p
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
-            let name = p.metadata.name.clone().unwrap_or_default();
-            if !seen.insert((ns.clone(), name.clone())) {
-                errors.push(format!("pod {ns}/{name}: appears twice in {source}"));
-            }
-            match validate::validate(p).into_result(&format!("{ns}/{name}")) {
-                Ok(w) => warnings.extend(w.into_iter().map(|w| format!("pod {ns}/{name}: {w}"))),
-                Err(e) => errors.push(e.message().to_string()),
-            }
-        }
-        if !errors.is_empty() {
-            return Err(Error::invalid(format!(
-                "{source}: nothing applied: {}",
-                errors.join("\n")
-            )));
-        }
-        Ok((pods, warnings))
-    }
-
-    /// Fills each pod's `priority` and `preemptionPolicy` from its `priorityClassName` (the
-    /// built-in classes and those in `[node] priority_class_dir`), as the API server does;
-    /// every pod's error, or none applied.
-    pub(crate) fn prioritize(&self, pods: &mut [Pod], source: &str) -> Result<()> {
-        let classes = crate::pod::node::priority::load(&self.sh.config.node.priority_class_dir)?;
-        let mut errors = Vec::new();
-        for p in pods.iter_mut() {
-            if let Err(e) = crate::pod::node::priority::resolve(p, &classes) {
-                let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-                let name = p.metadata.name.as_deref().unwrap_or_default();
-                errors.push(format!("pod {ns}/{name}: {}", e.message()));
-            }
-        }
-        if !errors.is_empty() {
-            return Err(Error::invalid(format!(
-                "{source}: nothing applied: {}",
-                errors.join("\n")
-            )));
-        }
-        Ok(())
-    }
-
-    /// Live pods that came from static pod file `file`.
-    pub(crate) fn pods_of_file(&self, file: &std::path::Path) -> Vec<(String, String)> {
-        let live = lock(&self.sh.live);
-        live.iter()
-            .filter(|(_, h)| {
-                h.view.borrow().source == "file"
-                    && h.view
-                        .borrow()
-                        .pod
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(static_pods::CONFIG_FILE))
-                        .is_some_and(|f| std::path::Path::new(f) == file)
-            })
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
-    /// Live static pods (not yet terminating) whose file is not among `files`.
-    pub(crate) fn static_pods_without(&self, files: &[PathBuf]) -> Vec<(String, String)> {
-        let live = lock(&self.sh.live);
-        live.iter()
-            .filter(|(_, h)| {
-                let v = h.view.borrow();
-                v.source == "file"
-                    && v.pod.metadata.deletion_timestamp.is_none()
-                    && v.pod
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(static_pods::CONFIG_FILE))
-                        .is_some_and(|f| !files.iter().any(|x| x == std::path::Path::new(f)))
-            })
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
-    /// Starts deleting a live pod with its own grace.
-    pub(crate) fn delete_quietly(&self, namespace: &str, name: &str) {
-        if let Ok((tx, _)) = self.handle(namespace, name) {
-            let (rtx, _) = oneshot::channel();
-            let _ = tx.send(Msg::Delete {
-                grace: None,
-                force: false,
-                reply: rtx,
-            });
-        }
-    }
 }
 
 /// Routes runtime events (container exits...) to the worker of the pod they belong to.
@@ -604,82 +415,4 @@ fn spawn_event_router(sh: Arc<Shared>) {
             }
         }
     });
-}
-
-#[async_trait::async_trait]
-impl PodService for Supervisor {
-    async fn apply(&self, req: ApplyRequest) -> Result<ApplyOutcome> {
-        let source = if req.source.is_empty() {
-            "-"
-        } else {
-            &req.source
-        };
-        let (mut pods, warnings) = Self::check(&req.text, source)?;
-        self.prioritize(&mut pods, source)?;
-        let pods = self.apply_pods(pods, "api", None);
-        Ok(ApplyOutcome { pods, warnings })
-    }
-
-    async fn node(&self) -> Result<crate::pod::api::NodeView> {
-        Ok(describe::node_view(&self.sh))
-    }
-
-    async fn get(&self, namespace: &str, name: &str) -> Result<PodView> {
-        let (_, view) = self.handle(namespace, name)?;
-        Ok((*view).clone())
-    }
-
-    async fn list(
-        &self,
-        namespace: Option<&str>,
-        labels: &BTreeMap<String, String>,
-    ) -> Result<Vec<PodView>> {
-        let live = lock(&self.sh.live);
-        Ok(live
-            .iter()
-            .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
-            .map(|(_, h)| h.view.borrow().clone())
-            .filter(|v| {
-                let have = v.pod.metadata.labels.as_ref();
-                labels
-                    .iter()
-                    .all(|(k, val)| have.and_then(|l| l.get(k)) == Some(val))
-            })
-            .map(|v| (*v).clone())
-            .collect())
-    }
-
-    async fn delete(&self, req: DeleteRequest) -> Result<PodView> {
-        if req.grace_period.is_some_and(|g| g < 0) {
-            return Err(Error::invalid(format!(
-                "pod {}/{}: grace period must not be negative",
-                req.namespace, req.name
-            )));
-        }
-        self.ask(&req.namespace, &req.name, |reply| Msg::Delete {
-            grace: req.grace_period,
-            force: req.force,
-            reply,
-        })
-        .await
-    }
-
-    fn watch(&self) -> broadcast::Receiver<WatchEvent> {
-        self.sh.watch.subscribe()
-    }
-
-    async fn set_condition(&self, req: SetCondition) -> Result<PodView> {
-        let (ns, name) = (req.namespace.clone(), req.name.clone());
-        self.ask(&ns, &name, |reply| Msg::SetCondition { req, reply })
-            .await
-    }
-}
-
-impl crate::cri::PodStatusSource for Supervisor {
-    fn pod_status_json(&self, uid: &str) -> Option<String> {
-        let view = lock(&self.sh.workers)
-            .get(uid)
-            .map(|(_, v)| v.borrow().clone())?;
-        serde_json::to_string(&view.pod).ok()
-    }
 }

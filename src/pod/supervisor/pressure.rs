@@ -8,29 +8,25 @@ use std::time::Duration;
 use super::worker::Msg;
 use super::{owned_by, Shared};
 use crate::cgroups::hierarchy;
+use crate::config::eviction::Threshold;
 use crate::config::Config;
-use crate::error::Result;
 use crate::image::service::Images;
 use crate::pod::labels;
 use crate::pod::node::admission::Admitted;
 use crate::pod::node::eviction::Observations;
-use crate::pod::node::qos::{self, QosCgroups};
+use crate::pod::node::qos::QosCgroups;
 use crate::pod::node::rank::{self, Candidate, ContainerUsage};
 use crate::pod::node::requests::container_requests;
-use crate::pod::node::thresholds::{Resource, Threshold};
+use crate::pod::node::thresholds::Resource;
 use crate::pod::node::{self, capacity, signals, Node, EVICTED};
 use crate::runtime::{ContainerState, Filter, SandboxState};
 
-/// The node of this daemon: `[node]` checked, pod cgroups (made with the first pod) and the
-/// host's signals.
-pub fn open_node(config: &Config, images: &Arc<Images>) -> Result<Node> {
-    let settings = node::settings(config)?;
+/// The node of this daemon: `[node]` (checked at load) on this machine, pod cgroups (made
+/// with the first pod) and the host's signals.
+pub fn open_node(config: &Config, images: &Arc<Images>) -> Node {
+    let settings = node::settings(config);
     let cgroups = crate::cgroups::detect();
-    let enforce = config
-        .node
-        .enforce_node_allocatable
-        .iter()
-        .any(|k| k == "pods");
+    let enforce = config.node.enforce_pods_allocatable;
     let limit = enforce.then(|| capacity::pods_cgroup_limit(&settings.allocation));
     let qos = config.node.cgroups_per_qos.then(|| {
         let h = hierarchy::open(
@@ -38,8 +34,7 @@ pub fn open_node(config: &Config, images: &Arc<Images>) -> Result<Node> {
             cgroups.version(),
             Path::new("/sys/fs/cgroup"),
         );
-        // Checked by node::settings.
-        let root = qos::root_name(&config.node.cgroup_root).unwrap_or_default();
+        let root = config.node.cgroup_root.clone();
         QosCgroups::new(h, root, config.node.pod_pids_limit, limit)
     });
     let pods = qos.as_ref().zip(limit).map(|(q, l)| signals::PodsCgroup {
@@ -60,7 +55,7 @@ pub fn open_node(config: &Config, images: &Arc<Images>) -> Result<Node> {
         thresholds = settings.thresholds.len(),
         "node resources"
     );
-    Ok(Node::new(settings, qos, Box::new(source)))
+    Node::new(settings, qos, Box::new(source))
 }
 
 async fn observe(node: &Arc<Node>) -> Observations {

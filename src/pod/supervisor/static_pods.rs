@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Supervisor;
+use tokio::sync::oneshot;
+
+use super::worker::Msg;
+use super::{lock, Supervisor};
 
 /// The annotation naming a static pod's file.
 pub const CONFIG_FILE: &str = "io.bosun.pod.config.file";
@@ -105,5 +108,57 @@ fn scan(sup: &Supervisor, dir: &Path, seen: &mut HashMap<PathBuf, String>) {
     for (ns, name) in sup.static_pods_without(&files) {
         tracing::info!(pod = %format!("{ns}/{name}"), "static pod file removed: deleting the pod");
         sup.delete_quietly(&ns, &name);
+    }
+}
+
+impl Supervisor {
+    /// Live pods that came from static pod file `file`.
+    pub(crate) fn pods_of_file(&self, file: &std::path::Path) -> Vec<(String, String)> {
+        let live = lock(&self.sh.live);
+        live.iter()
+            .filter(|(_, h)| {
+                h.view.borrow().source == "file"
+                    && h.view
+                        .borrow()
+                        .pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(CONFIG_FILE))
+                        .is_some_and(|f| std::path::Path::new(f) == file)
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Live static pods (not yet terminating) whose file is not among `files`.
+    pub(crate) fn static_pods_without(&self, files: &[PathBuf]) -> Vec<(String, String)> {
+        let live = lock(&self.sh.live);
+        live.iter()
+            .filter(|(_, h)| {
+                let v = h.view.borrow();
+                v.source == "file"
+                    && v.pod.metadata.deletion_timestamp.is_none()
+                    && v.pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(CONFIG_FILE))
+                        .is_some_and(|f| !files.iter().any(|x| x == std::path::Path::new(f)))
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Starts deleting a live pod with its own grace.
+    pub(crate) fn delete_quietly(&self, namespace: &str, name: &str) {
+        if let Ok((tx, _)) = self.handle(namespace, name) {
+            let (rtx, _) = oneshot::channel();
+            let _ = tx.send(Msg::Delete {
+                grace: None,
+                force: false,
+                reply: rtx,
+            });
+        }
     }
 }

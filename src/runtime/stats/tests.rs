@@ -10,9 +10,9 @@ use crate::cgroups::{self, V1};
 use crate::config::Config;
 use crate::image::service::Images;
 use crate::oci::{ContainerRequest, FakeLauncher, FakeRuntime, HostFacts, NamespaceMode};
-use crate::runtime::meta::{ContainerMeta, SandboxMeta, SandboxRequest};
 use crate::runtime::service::Runtime;
-use crate::runtime::status::{now_ns, ContainerStatus, SandboxStatus};
+use crate::runtime::state::meta::{ContainerMeta, SandboxMeta, SandboxRequest};
+use crate::runtime::state::status::{now_ns, ContainerStatus, SandboxStatus};
 use crate::runtime::{Filter, PodName};
 
 struct Fixture {

@@ -1,7 +1,7 @@
 //! SPDY/3.1 sessions (client and server) carrying Kubernetes remotecommand and portforward.
 //!
 //! Interoperates with moby/spdystream as used by k8s.io/apimachinery's httpstream/spdy, i.e.
-//! with kubelet, kubectl and crictl. See session.rs for the interop facts this relies on;
+//! with kubelet, kubectl and crictl. See session/mod.rs for the interop facts this relies on;
 //! integration/kubectl.rs drives bosun's whole streaming server with the real Go client.
 //!
 //! ```rust,ignore

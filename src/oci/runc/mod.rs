@@ -1,0 +1,20 @@
+//! Driving runc-compatible OCI runtime CLIs (runc today): the [`OciRuntime`] trait, [`Runc`], exec, kill, delete and the `features` probe; a second runtime (crun) and `runc checkpoint/restore` go here.
+//!
+//! Every call spawns the runtime's command line (`<runtime> --root R --log-format json …`)
+//! or, where runc's own behaviour is plain, does its work in-process ([`fifo`] for `start`,
+//! [`delete`] for the delete of a stopped container). [`FakeRuntime`] stands in for it in
+//! unit tests.
+
+mod command;
+mod delete;
+pub(crate) mod exec;
+pub(crate) mod exec_kill;
+pub mod exec_stream;
+pub mod fake;
+pub mod features;
+pub mod fifo;
+pub(crate) mod proc_tree;
+
+pub use command::{wait_exec, ExecOutput, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};
+pub use exec_stream::{ExecKiller, ExecProcess, ExecStdio};
+pub use fake::{Call, FakeRuntime};
