@@ -19,10 +19,8 @@ mod cgroups;
 mod crash;
 mod cri;
 mod daemon;
-mod disk_full;
-mod disk_records;
+mod disk;
 mod images;
-mod images_flaky;
 mod images_hostile;
 mod kubectl;
 mod monitor;
@@ -40,10 +38,8 @@ trials! {
     sessions,
     crash,
     daemon,
-    disk_full,
-    disk_records,
+    disk,
     images,
-    images_flaky,
     images_hostile,
     kubectl,
     monitor,

@@ -2,6 +2,7 @@
 //! list/status/remove, errors, crashes: `images::` trials.
 
 mod failures;
+mod flaky;
 mod pull;
 mod store;
 
@@ -9,4 +10,5 @@ trials! {
     pull,
     store,
     failures,
+    flaky,
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use crate::disk_full::{
+use super::full::{
     journal_leases, small_root_daemon, torn_files, SmallDisk, LEASES_ON_ROOT, NEEDS, ROOT_MIB,
 };
 use crate::support::cri::{self, Rt};

@@ -1,4 +1,4 @@
-//! A full disk (issue 28 item 4): PullImage, CreateContainer and RunPodSandbox on a full small root answer ResourceExhausted naming the file system, leave nothing and work once space is freed; the small disks and checks `disk_records.rs` shares.
+//! A full disk (issue 28 item 4): PullImage, CreateContainer and RunPodSandbox on a full small root answer ResourceExhausted naming the file system, leave nothing and work once space is freed; the small disks and checks `records.rs` shares.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
