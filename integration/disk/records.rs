@@ -7,10 +7,10 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use super::full::{
+use crate::support::cri::{self, Rt};
+use crate::support::disk::{
     journal_leases, small_root_daemon, torn_files, SmallDisk, LEASES_ON_ROOT, NEEDS, ROOT_MIB,
 };
-use crate::support::cri::{self, Rt};
 use crate::support::{block_on, scratch, trial, wait_until, Daemon};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {

@@ -4,6 +4,7 @@ pub mod cgroup;
 pub mod crash;
 pub mod cri;
 pub mod daemon;
+pub mod disk;
 pub mod fault_proxy;
 pub mod images;
 pub mod inproc;
