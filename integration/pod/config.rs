@@ -8,6 +8,9 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::bosun::v1 as api;
 
 use crate::support::cri::{self, NEEDS};
+use k8s_openapi::api::core::v1 as k;
+
+use crate::support::manifest::{busybox, PodManifest, ProbeManifest};
 use crate::support::pods::{self, BUSYBOX};
 use crate::support::{block_on, trial, Daemon, Need, TmpfsBelow};
 
@@ -206,20 +209,16 @@ spec:
     pods::cli(&d, &["delete", "misconfigured", "--grace-period", "1"])?;
 
     // runAsNonRoot without runAsUser on an image without USER (root): refused like the kubelet.
-    let rootful = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: rootful}}
-spec:
-  terminationGracePeriodSeconds: 1
-  securityContext: {{runAsNonRoot: true}}
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sleep, "1000"]
-"#
-    );
+    let rootful = PodManifest::new("rootful")
+        .grace(1)
+        .spec(|s| {
+            s.security_context = Some(k::PodSecurityContext {
+                run_as_non_root: Some(true),
+                ..Default::default()
+            })
+        })
+        .container(busybox("main").command(&["sleep", "1000"]))
+        .yaml();
     pods::apply(&d, &rootful)?;
     let msg = config_error(&d, "rootful")?;
     ensure!(
@@ -242,17 +241,15 @@ fn config_error(d: &Daemon, name: &str) -> Result<String> {
 /// True; a Watch subscriber sees the pod added and then modified.
 fn readiness_gates() -> Result<()> {
     let d = pods::daemon(10, "")?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: gated}}
-spec:
-  terminationGracePeriodSeconds: 1
-  readinessGates: [{{conditionType: example.com/load-balancer}}]
-  containers:
-  - {{name: main, image: {BUSYBOX}, imagePullPolicy: Never, command: [sleep, "1000"]}}
-"#
-    );
+    let yaml = PodManifest::new("gated")
+        .grace(1)
+        .spec(|s| {
+            s.readiness_gates = Some(vec![k::PodReadinessGate {
+                condition_type: "example.com/load-balancer".into(),
+            }])
+        })
+        .container(busybox("main").command(&["sleep", "1000"]))
+        .yaml();
     let watched = block_on(async {
         let ch = d.channel().await?;
         let mut pods_api = api::pods_client::PodsClient::new(ch);
@@ -343,24 +340,27 @@ fn host_network() -> Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: hostnet}}
-spec:
-  hostNetwork: true
-  nodeSelector: {{disk: ssd}}
-  tolerations: [{{key: k, operator: Exists}}]
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: web
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "mkdir -p /www; echo ok > /www/index.html; exec httpd -f -p 127.0.0.1:{port} -h /www"]
-    readinessProbe: {{httpGet: {{path: /index.html, port: {port}}}, periodSeconds: 1}}
-    livenessProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1}}
-"#
-    );
+    let port = i32::from(port);
+    let yaml = PodManifest::new("hostnet")
+        .spec(|s| {
+            s.host_network = Some(true);
+            s.node_selector = Some([("disk".to_string(), "ssd".to_string())].into());
+            s.tolerations = Some(vec![k::Toleration {
+                key: Some("k".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }]);
+        })
+        .grace(1)
+        .container(
+            busybox("web")
+                .sh(&format!(
+                    "mkdir -p /www; echo ok > /www/index.html; exec httpd -f -p 127.0.0.1:{port} -h /www"
+                ))
+                .readiness(ProbeManifest::http("/index.html", port).period(1))
+                .liveness(ProbeManifest::tcp(port).period(1)),
+        )
+        .yaml();
     let f = pods::manifest_file(&d, &yaml)?;
     let out = d.cli(&["pod", "apply", "-f", &f.to_string_lossy()])?;
     ensure!(out.status.success(), "apply failed");

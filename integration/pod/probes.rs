@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::support::cri::{self, NEEDS};
-use crate::support::pods::{self, BUSYBOX};
+use k8s_openapi::api::core::v1 as k;
+
+use crate::support::manifest::{busybox, ContainerManifest, PodManifest, ProbeManifest};
+use crate::support::pods;
 use crate::support::trial;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -45,24 +48,19 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// not the pod's 30: the container ignores TERM) and restarts it.
 fn liveness_restart() -> Result<()> {
     let d = pods::daemon(10, "")?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: live}}
-spec:
-  terminationGracePeriodSeconds: 30
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "trap '' TERM; touch /tmp/alive; sleep 2; rm /tmp/alive; while true; do sleep 1; done"]
-    livenessProbe:
-      exec: {{command: [test, -f, /tmp/alive]}}
-      periodSeconds: 1
-      failureThreshold: 2
-      terminationGracePeriodSeconds: 1
-"#
-    );
+    let yaml = PodManifest::new("live")
+        .grace(30)
+        .container(
+            busybox("main")
+                .sh("trap '' TERM; touch /tmp/alive; sleep 2; rm /tmp/alive; while true; do sleep 1; done")
+                .liveness(
+                    ProbeManifest::exec(&["test", "-f", "/tmp/alive"])
+                        .period(1)
+                        .failures(2)
+                        .grace(1),
+                ),
+        )
+        .yaml();
     pods::apply(&d, &yaml)?;
     // Timed from the first run (the pod's start is the machine's speed, not the grace's).
     pods::wait_for(&d, "live", 30, "running", |p| pods::running(p, "main"))?;
@@ -100,22 +98,24 @@ fn startup_gating() -> Result<()> {
     // it saw it running (4 s here; under qemu TCG one `pod get` alone can take seconds).
     let t = crate::support::time_scale();
     let (unstarted, threshold) = (4 * t, 20 * t);
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: slow}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "sleep {unstarted}; touch /tmp/started; while true; do sleep 1; done"]
-    startupProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: {threshold}}}
-    livenessProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 1}}
-    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1, timeoutSeconds: {t}}}
-"#
-    );
+    let (t, threshold) = (t as i32, threshold as i32);
+    let started = || {
+        ProbeManifest::exec(&["test", "-f", "/tmp/started"])
+            .period(1)
+            .timeout(t)
+    };
+    let yaml = PodManifest::new("slow")
+        .grace(1)
+        .container(
+            busybox("main")
+                .sh(&format!(
+                    "sleep {unstarted}; touch /tmp/started; while true; do sleep 1; done"
+                ))
+                .startup(started().failures(threshold))
+                .liveness(started().failures(1))
+                .readiness(ProbeManifest::exec(&["true"]).period(1).timeout(t)),
+        )
+        .yaml();
     pods::apply(&d, &yaml)?;
     let p = pods::wait_for(&d, "slow", 30, "running", |p| pods::running(p, "main"))?;
     let c = pods::container(&p, "main").context("status")?;
@@ -149,23 +149,21 @@ fn readiness_flips() -> Result<()> {
     std::fs::create_dir_all(&m)?;
     // The exec probe's runc exec must fit its timeout on a slow lane too (1 s here).
     let t = crate::support::time_scale();
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: flip}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sleep, "1000"]
-    readinessProbe: {{exec: {{command: [test, -f, /m/ready]}}, periodSeconds: 1, timeoutSeconds: {t}, failureThreshold: 1}}
-    volumeMounts: [{{name: m, mountPath: /m}}]
-  volumes:
-  - {{name: m, hostPath: {{path: {m:?}}}}}
-"#
-    );
+    let yaml = PodManifest::new("flip")
+        .grace(1)
+        .container(
+            busybox("main")
+                .command(&["sleep", "1000"])
+                .readiness(
+                    ProbeManifest::exec(&["test", "-f", "/m/ready"])
+                        .period(1)
+                        .timeout(t as i32)
+                        .failures(1),
+                )
+                .mount("m", "/m"),
+        )
+        .host_path("m", &m.to_string_lossy(), None)
+        .yaml();
     pods::apply(&d, &yaml)?;
     pods::wait_for(&d, "flip", 30, "running, not ready", |p| {
         pods::running(p, "main") && pods::condition(p, "Ready") == "False"
@@ -191,30 +189,36 @@ spec:
 /// timeout each fail with the kubelet's kind of message; the pod is not Ready.
 fn failures() -> Result<()> {
     let d = pods::daemon(10, "")?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: failing}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: web
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "mkdir -p /www; exec httpd -f -p 8080 -h /www"]
-    readinessProbe: {{httpGet: {{path: /missing, port: 8080, httpHeaders: [{{name: X-Test, value: "1"}}]}}, periodSeconds: 1}}
-  - name: tcp
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sleep, "1000"]
-    readinessProbe: {{tcpSocket: {{port: 9999}}, periodSeconds: 1}}
-  - name: slow
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sleep, "1000"]
-    readinessProbe: {{exec: {{command: [sleep, "5"]}}, periodSeconds: 2, timeoutSeconds: 1}}
-"#
-    );
+    let header = k::HTTPHeader {
+        name: "X-Test".into(),
+        value: "1".into(),
+    };
+    let yaml = PodManifest::new("failing")
+        .grace(1)
+        .container(
+            busybox("web")
+                .sh("mkdir -p /www; exec httpd -f -p 8080 -h /www")
+                .readiness(
+                    ProbeManifest::http("/missing", 8080)
+                        .with(|p| {
+                            if let Some(get) = p.http_get.as_mut() {
+                                get.http_headers = Some(vec![header]);
+                            }
+                        })
+                        .period(1),
+                ),
+        )
+        .container(
+            busybox("tcp")
+                .command(&["sleep", "1000"])
+                .readiness(ProbeManifest::tcp(9999).period(1)),
+        )
+        .container(
+            busybox("slow")
+                .command(&["sleep", "1000"])
+                .readiness(ProbeManifest::exec(&["sleep", "5"]).period(2).timeout(1)),
+        )
+        .yaml();
     pods::apply(&d, &yaml)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let want = ["statuscode: 404", "dial tcp", "timed out"];
@@ -247,21 +251,19 @@ spec:
 fn grpc() -> Result<()> {
     let d = pods::daemon(10, "")?;
     let image = cri::import(&d, "grpc-health")?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: grpc}}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: server
-    image: {image}
-    imagePullPolicy: Never
-    args: [--port, "50051", --service, checkout]
-    readinessProbe: {{grpc: {{port: 50051, service: checkout}}, periodSeconds: 1, failureThreshold: 1}}
-    livenessProbe: {{grpc: {{port: 50051}}, periodSeconds: 2}}
-"#
-    );
+    let yaml = PodManifest::new("grpc")
+        .grace(2)
+        .container(
+            ContainerManifest::new("server", &image)
+                .args(&["--port", "50051", "--service", "checkout"])
+                .readiness(
+                    ProbeManifest::grpc(50051, Some("checkout"))
+                        .period(1)
+                        .failures(1),
+                )
+                .liveness(ProbeManifest::grpc(50051, None).period(2)),
+        )
+        .yaml();
     pods::apply(&d, &yaml)?;
     let p = pods::wait_for(&d, "grpc", 30, "Ready", |p| {
         pods::condition(p, "Ready") == "True"
@@ -293,25 +295,19 @@ spec:
 /// (FailedPostStartHook) and it is restarted.
 fn post_start() -> Result<()> {
     let d = pods::daemon(10, "")?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: hooked}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: slowhook
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sleep, "1000"]
-    lifecycle: {{postStart: {{exec: {{command: [sh, -c, "sleep 3; touch /tmp/hooked"]}}}}}}
-  - name: badhook
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sleep, "1000"]
-    lifecycle: {{postStart: {{exec: {{command: [sh, -c, "echo nope; exit 1"]}}}}}}
-"#
-    );
+    let yaml = PodManifest::new("hooked")
+        .grace(1)
+        .container(
+            busybox("slowhook")
+                .command(&["sleep", "1000"])
+                .post_start("sleep 3; touch /tmp/hooked"),
+        )
+        .container(
+            busybox("badhook")
+                .command(&["sleep", "1000"])
+                .post_start("echo nope; exit 1"),
+        )
+        .yaml();
     pods::apply(&d, &yaml)?;
     let t = Instant::now();
     let mut seen_waiting = false;

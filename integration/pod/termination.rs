@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::support::cri::NEEDS;
-use crate::support::pods::{self, BUSYBOX};
+use crate::support::manifest::{busybox, PodManifest, ProbeManifest};
+use crate::support::pods;
 use crate::support::Scenario;
 use crate::support::{scaled, trial, Daemon};
 
@@ -54,30 +55,22 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// A pod whose container ignores TERM (or marks it), with grace `grace` and an optional
 /// preStop command.
 fn stubborn(name: &str, grace: u32, pre_stop: Option<&str>, markers: Option<&str>) -> String {
-    let hook = pre_stop
-        .map(|c| format!("    lifecycle: {{preStop: {{exec: {{command: [sh, -c, {c:?}]}}}}}}\n"))
-        .unwrap_or_default();
-    let (trap, mounts, vols) = match markers {
-        Some(dir) => (
-            "trap 'read up rest < /proc/uptime; echo term $up >> /m/log' TERM; ".to_string(),
-            "    volumeMounts: [{name: m, mountPath: /m}]\n".to_string(),
-            format!("  volumes:\n  - {{name: m, hostPath: {{path: {dir:?}}}}}\n"),
-        ),
-        None => ("trap '' TERM; ".to_string(), String::new(), String::new()),
+    let trap = match markers {
+        Some(_) => "trap 'read up rest < /proc/uptime; echo term $up >> /m/log' TERM; ",
+        None => "trap '' TERM; ",
     };
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  terminationGracePeriodSeconds: {grace}
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "{trap}touch /tmp/up; while true; do sleep 0.2; done"]
-{hook}{mounts}{vols}"#
-    )
+    let mut main = busybox("main").sh(&format!(
+        "{trap}touch /tmp/up; while true; do sleep 0.2; done"
+    ));
+    if let Some(script) = pre_stop {
+        main = main.pre_stop(script);
+    }
+    let mut pod = PodManifest::new(name).grace(grace.into());
+    if let Some(dir) = markers {
+        main = main.mount("m", "/m");
+        pod = pod.host_path("m", dir, None);
+    }
+    pod.container(main).yaml()
 }
 
 fn start(d: &Daemon, yaml: &str, name: &str) -> Result<()> {
@@ -236,20 +229,16 @@ fn kill9_mid_life() -> Result<()> {
     let mut d = pods::daemon(10, "")?;
     // The probe's runc exec must fit its timeout on a slow lane too (1 s, the default, here).
     let timeout = crate::support::time_scale();
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: survivor}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sleep, "1000"]
-    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 1, timeoutSeconds: {timeout}}}
-"#
-    );
+    let yaml = PodManifest::new("survivor")
+        .grace(1)
+        .container(
+            busybox("main").command(&["sleep", "1000"]).readiness(
+                ProbeManifest::exec(&["true"])
+                    .period(1)
+                    .timeout(timeout as i32),
+            ),
+        )
+        .yaml();
     pods::apply(&d, &yaml)?;
     let before = pods::wait_for(&d, "survivor", 30, "Ready", |p| {
         pods::condition(p, "Ready") == "True"

@@ -7,6 +7,7 @@ use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::core::v1::{ContainerStateWaiting, ContainerStatus, Pod, PodCondition};
 
 use super::cri;
+use super::manifest::{busybox, PodManifest};
 use super::Daemon;
 
 /// A daemon for supervised-pod tests: `[pod]` dirs and the cgroup parent under its scratch
@@ -294,18 +295,11 @@ pub fn marker(path: &std::path::Path, label: &str) -> Result<f64> {
 /// A pod `name` with restartPolicy `policy` whose container writes a termination message and
 /// exits `code` after half a second.
 pub fn one_shot(name: &str, policy: &str, code: i32) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  restartPolicy: {policy}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "sleep 0.5; echo bye > /dev/termination-log; exit {code}"]
-"#
-    )
+    PodManifest::new(name)
+        .restart_policy(policy)
+        .grace(1)
+        .container(busybox("main").sh(&format!(
+            "sleep 0.5; echo bye > /dev/termination-log; exit {code}"
+        )))
+        .yaml()
 }

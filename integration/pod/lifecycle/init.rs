@@ -4,7 +4,8 @@
 use anyhow::{ensure, Context, Result};
 
 use crate::support::cri::{self, NEEDS};
-use crate::support::pods::{self, BUSYBOX};
+use crate::support::manifest::{busybox, PodManifest, ProbeManifest};
+use crate::support::pods;
 use crate::support::trial;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -34,47 +35,42 @@ fn init_and_sidecars() -> Result<()> {
     // The sidecar's exec probe must fit its timeout on a slow lane too (a runc exec under qemu
     // TCG takes over a second: 30 timeouts in a row restarted the sidecar there).
     let timeout = crate::support::time_scale();
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: order}}
-spec:
-  terminationGracePeriodSeconds: 10
-  initContainers:
-  - name: first
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "{first}; sleep 1"]
-    volumeMounts: [{{name: m, mountPath: /m}}]
-  - name: side
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    restartPolicy: Always
-    command: [sh, -c, "trap '{side_term}; exit 0' TERM; sleep 1; {side_up}; touch /tmp/up; while true; do sleep 0.2; done"]
-    startupProbe: {{exec: {{command: [test, -f, /tmp/up]}}, periodSeconds: 1, timeoutSeconds: {timeout}, failureThreshold: 30}}
-    volumeMounts: [{{name: m, mountPath: /m}}]
-  - name: second
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "{second}"]
-    volumeMounts: [{{name: m, mountPath: /m}}]
-  containers:
-  - name: app
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "trap '{app_term}; sleep 1; {app_exit}; exit 0' TERM; {app}; while true; do sleep 0.2; done"]
-    volumeMounts: [{{name: m, mountPath: /m}}]
-  volumes:
-  - {{name: m, hostPath: {{path: {m:?}, type: Directory}}}}
-"#,
-        first = mark("first"),
-        side_up = mark("side-up"),
-        side_term = mark("side-term"),
-        second = mark("second"),
-        app = mark("app"),
-        app_term = mark("app-term"),
-        app_exit = mark("app-exit"),
-    );
+    let yaml = PodManifest::new("order")
+        .grace(10)
+        .init_container(
+            busybox("first")
+                .sh(&format!("{}; sleep 1", mark("first")))
+                .mount("m", "/m"),
+        )
+        .init_container(
+            busybox("side")
+                .restart_policy("Always")
+                .sh(&format!(
+                    "trap '{}; exit 0' TERM; sleep 1; {}; touch /tmp/up; while true; do sleep 0.2; done",
+                    mark("side-term"),
+                    mark("side-up")
+                ))
+                .startup(
+                    ProbeManifest::exec(&["test", "-f", "/tmp/up"])
+                        .period(1)
+                        .timeout(timeout as i32)
+                        .failures(30),
+                )
+                .mount("m", "/m"),
+        )
+        .init_container(busybox("second").sh(&mark("second")).mount("m", "/m"))
+        .container(
+            busybox("app")
+                .sh(&format!(
+                    "trap '{}; sleep 1; {}; exit 0' TERM; {}; while true; do sleep 0.2; done",
+                    mark("app-term"),
+                    mark("app-exit"),
+                    mark("app")
+                ))
+                .mount("m", "/m"),
+        )
+        .host_path("m", &m.to_string_lossy(), Some("Directory"))
+        .yaml();
     pods::apply(&d, &yaml)?;
     let p = pods::wait_for(&d, "order", 40, "app running", |p| pods::running(p, "app"))?;
     ensure!(
@@ -116,18 +112,11 @@ fn cli_delete_wait(d: &crate::support::Daemon, name: &str) -> Result<()> {
 /// never start.
 fn failed_init() -> Result<()> {
     let d = pods::daemon(10, "")?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: badinit}}
-spec:
-  restartPolicy: Never
-  initContainers:
-  - {{name: init, image: {BUSYBOX}, imagePullPolicy: Never, command: [sh, -c, "exit 7"]}}
-  containers:
-  - {{name: app, image: {BUSYBOX}, imagePullPolicy: Never, command: [sleep, "100"]}}
-"#
-    );
+    let yaml = PodManifest::new("badinit")
+        .restart_policy("Never")
+        .init_container(busybox("init").sh("exit 7"))
+        .container(busybox("app").command(&["sleep", "100"]))
+        .yaml();
     pods::apply(&d, &yaml)?;
     let p = pods::wait_for(&d, "badinit", 30, "Failed", |p| pods::phase(p) == "Failed")?;
     ensure!(!pods::running(&p, "app"), "app started after a failed init");

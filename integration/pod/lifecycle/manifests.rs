@@ -8,6 +8,7 @@ use anyhow::{ensure, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, NEEDS};
+use crate::support::manifest::{busybox, PodManifest};
 use crate::support::pods::{self, BUSYBOX};
 use crate::support::Scenario;
 use crate::support::{block_on, trial};
@@ -86,9 +87,10 @@ fn static_pods() -> Result<()> {
         let dir = d.dir().join("manifests");
         std::fs::create_dir_all(&dir)?;
         let yaml = |cmd: &str| {
-            format!(
-                "apiVersion: v1\nkind: Pod\nmetadata: {{name: static}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: a, image: {BUSYBOX}, imagePullPolicy: Never, command: [sh, -c, {cmd:?}]}}\n"
-            )
+            PodManifest::new("static")
+                .grace(1)
+                .container(busybox("a").sh(cmd))
+                .yaml()
         };
         std::fs::write(dir.join("static.yaml"), yaml("sleep 1000"))?;
         let p = pods::wait_for(d, "static", 30, "running", |p| pods::running(p, "a"))?;

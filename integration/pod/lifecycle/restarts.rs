@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use crate::support::cri::{self, NEEDS};
-use crate::support::pods::{self, BUSYBOX};
+use crate::support::manifest::{busybox, PodManifest};
+use crate::support::pods;
 use crate::support::Scenario;
 use crate::support::{trial, Need};
 
@@ -123,19 +124,10 @@ fn phases() -> Result<()> {
 /// cap), and waits in CrashLoopBackOff in between.
 fn crash_loop() -> Result<()> {
     let d = pods::daemon(4, "")?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: crash}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "exit 3"]
-"#
-    );
+    let yaml = PodManifest::new("crash")
+        .grace(1)
+        .container(busybox("main").sh("exit 3"))
+        .yaml();
     pods::apply(&d, &yaml)?;
     let start = Instant::now();
     let mut seen_backoff = false;
@@ -197,33 +189,21 @@ fn backoff_reset_and_sidecar_restart() -> Result<()> {
     let d = pods::daemon(4, "")?;
     let m = d.dir().join("markers");
     std::fs::create_dir_all(&m)?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: quiet}}
-spec:
-  restartPolicy: OnFailure
-  terminationGracePeriodSeconds: 1
-  initContainers:
-  - name: side
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    restartPolicy: Always
-    command: [sh, -c, "sleep 1; exit 0"]
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "{script}"]
-    volumeMounts: [{{name: m, mountPath: /m}}]
-  volumes:
-  - {{name: m, hostPath: {{path: {m:?}, type: Directory}}}}
-"#,
-        // Start n writes "start<n> <uptime>"; the 4th run lasts 10 s; every run exits 1.
-        script = "n=$(cat /m/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /m/n; \
+    // Start n writes "start<n> <uptime>"; the 4th run lasts 10 s; every run exits 1.
+    let script = "n=$(cat /m/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /m/n; \
                   read up rest < /proc/uptime; echo start$n $up >> /m/log; \
-                  if [ $n -eq 4 ]; then sleep 10; fi; exit 1",
-    );
+                  if [ $n -eq 4 ]; then sleep 10; fi; exit 1";
+    let yaml = PodManifest::new("quiet")
+        .restart_policy("OnFailure")
+        .grace(1)
+        .init_container(
+            busybox("side")
+                .restart_policy("Always")
+                .sh("sleep 1; exit 0"),
+        )
+        .container(busybox("main").sh(script).mount("m", "/m"))
+        .host_path("m", &m.to_string_lossy(), Some("Directory"))
+        .yaml();
     pods::apply(&d, &yaml)?;
     let log = m.join("log");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -265,19 +245,10 @@ spec:
 /// and the follower moves on to it, without being started again.
 fn logs_follow() -> Result<()> {
     let d = pods::daemon(1, "")?;
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: chatty}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, 'echo "run at $(cat /proc/uptime)"; sleep 1; exit 1']
-"#
-    );
+    let yaml = PodManifest::new("chatty")
+        .grace(1)
+        .container(busybox("main").sh(r#"echo "run at $(cat /proc/uptime)"; sleep 1; exit 1"#))
+        .yaml();
     pods::apply(&d, &yaml)?;
     pods::wait_for(&d, "chatty", 30, "running", |p| pods::running(p, "main"))?;
     let follower = pods::Follower::start(&d, &["logs", "-f", "chatty"])?;

@@ -5,7 +5,10 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, NEEDS};
-use crate::support::pods::{self, BUSYBOX};
+use k8s_openapi::api::core::v1 as k;
+
+use crate::support::manifest::{busybox, PodManifest, ProbeManifest};
+use crate::support::pods;
 use crate::support::{block_on, trial};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -17,36 +20,47 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 }
 
 fn web_yaml(name: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  labels: {{app: web}}
-spec:
-  terminationGracePeriodSeconds: 3
-  initContainers:
-  - name: setup
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "echo hello-from-{name} > /www/index.html; echo setup-done"]
-    volumeMounts: [{{name: www, mountPath: /www}}]
-  containers:
-  - name: web
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: [sh, -c, "echo serving $(MY_POD) on $(POD_IP); exec httpd -f -p 8080 -h /www"]
-    env:
-    - {{name: MY_POD, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
-    - {{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}
-    ports: [{{name: http, containerPort: 8080}}]
-    volumeMounts: [{{name: www, mountPath: /www}}]
-    readinessProbe: {{httpGet: {{path: /index.html, port: http}}, periodSeconds: 1}}
-    livenessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1}}
-  volumes:
-  - {{name: www, emptyDir: {{}}}}
-"#
-    )
+    let field = |name: &str, path: &str| k::EnvVar {
+        name: name.into(),
+        value_from: Some(k::EnvVarSource {
+            field_ref: Some(k::ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    PodManifest::new(name)
+        .label("app", "web")
+        .grace(3)
+        .init_container(
+            busybox("setup")
+                .sh(&format!(
+                    "echo hello-from-{name} > /www/index.html; echo setup-done"
+                ))
+                .mount("www", "/www"),
+        )
+        .container(
+            busybox("web")
+                .sh("echo serving $(MY_POD) on $(POD_IP); exec httpd -f -p 8080 -h /www")
+                .with(|c| {
+                    c.env = Some(vec![
+                        field("MY_POD", "metadata.name"),
+                        field("POD_IP", "status.podIP"),
+                    ]);
+                    c.ports = Some(vec![k::ContainerPort {
+                        name: Some("http".into()),
+                        container_port: 8080,
+                        ..Default::default()
+                    }]);
+                })
+                .mount("www", "/www")
+                .readiness(ProbeManifest::http("/index.html", "http").period(1))
+                .liveness(ProbeManifest::tcp(8080).period(1)),
+        )
+        .empty_dir("www")
+        .yaml()
 }
 
 /// The web example: the init container fills an emptyDir, the app serves it, readiness makes
