@@ -8,6 +8,7 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::bosun::v1 as api;
 
 use crate::support::cri::{self, NEEDS};
+use crate::support::Scenario;
 use k8s_openapi::api::core::v1 as k;
 
 use crate::support::manifest::{busybox, PodManifest, ProbeManifest};
@@ -336,55 +337,56 @@ fn readiness_gates() -> Result<()> {
 /// A host-network pod's httpGet and tcpSocket probes go to 127.0.0.1; fields that only a
 /// scheduler uses are accepted with a warning.
 fn host_network() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let port = i32::from(port);
-    let yaml = PodManifest::new("hostnet")
-        .spec(|s| {
-            s.host_network = Some(true);
-            s.node_selector = Some([("disk".to_string(), "ssd".to_string())].into());
-            s.tolerations = Some(vec![k::Toleration {
-                key: Some("k".into()),
-                operator: Some("Exists".into()),
-                ..Default::default()
-            }]);
-        })
-        .grace(1)
-        .container(
-            busybox("web")
-                .sh(&format!(
-                    "mkdir -p /www; echo ok > /www/index.html; exec httpd -f -p 127.0.0.1:{port} -h /www"
-                ))
-                .readiness(ProbeManifest::http("/index.html", port).period(1))
-                .liveness(ProbeManifest::tcp(port).period(1)),
-        )
-        .yaml();
-    let f = pods::manifest_file(&d, &yaml)?;
-    let out = d.cli(&["pod", "apply", "-f", &f.to_string_lossy()])?;
-    ensure!(out.status.success(), "apply failed");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    ensure!(
-        stderr.contains("nodeSelector")
-            && stderr.contains("tolerations")
-            && stderr.contains("no effect"),
-        "warnings: {stderr}"
-    );
-    let p = pods::wait_for(&d, "hostnet", 30, "Ready", |p| {
-        pods::condition(p, "Ready") == "True"
-    })?;
-    ensure!(
-        pods::restarts(&p, "web") == 0,
-        "liveness failed on loopback"
-    );
-    let status = p.status.clone().unwrap_or_default();
-    ensure!(
-        status.pod_ip.is_some() && status.pod_ip == status.host_ip,
-        "a host-network pod's IP is the node's: {:?} vs {:?}",
-        status.pod_ip,
-        status.host_ip
-    );
-    pods::delete_and_check(&d, "hostnet")?;
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let port = i32::from(port);
+        let yaml = PodManifest::new("hostnet")
+            .spec(|s| {
+                s.host_network = Some(true);
+                s.node_selector = Some([("disk".to_string(), "ssd".to_string())].into());
+                s.tolerations = Some(vec![k::Toleration {
+                    key: Some("k".into()),
+                    operator: Some("Exists".into()),
+                    ..Default::default()
+                }]);
+            })
+            .grace(1)
+            .container(
+                busybox("web")
+                    .sh(&format!(
+                        "mkdir -p /www; echo ok > /www/index.html; exec httpd -f -p 127.0.0.1:{port} -h /www"
+                    ))
+                    .readiness(ProbeManifest::http("/index.html", port).period(1))
+                    .liveness(ProbeManifest::tcp(port).period(1)),
+            )
+            .yaml();
+        let f = pods::manifest_file(d, &yaml)?;
+        let out = d.cli(&["pod", "apply", "-f", &f.to_string_lossy()])?;
+        ensure!(out.status.success(), "apply failed");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            stderr.contains("nodeSelector")
+                && stderr.contains("tolerations")
+                && stderr.contains("no effect"),
+            "warnings: {stderr}"
+        );
+        let p = pods::wait_for(d, "hostnet", 30, "Ready", |p| {
+            pods::condition(p, "Ready") == "True"
+        })?;
+        ensure!(
+            pods::restarts(&p, "web") == 0,
+            "liveness failed on loopback"
+        );
+        let status = p.status.clone().unwrap_or_default();
+        ensure!(
+            status.pod_ip.is_some() && status.pod_ip == status.host_ip,
+            "a host-network pod's IP is the node's: {:?} vs {:?}",
+            status.pod_ip,
+            status.host_ip
+        );
+        pods::delete_and_check(d, "hostnet")?;
+        Ok(())
+    })
 }

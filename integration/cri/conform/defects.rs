@@ -233,7 +233,7 @@ fn privileged_seccomp() -> Result<()> {
         std::fs::write(
             &profile,
             r#"{"defaultAction": "SCMP_ACT_ALLOW",
-                "syscalls": [{"names": ["sethostname"], "action": "SCMP_ACT_ERRNO"}]}"#,
+            "syscalls": [{"names": ["sethostname"], "action": "SCMP_ACT_ERRNO"}]}"#,
         )?;
         let mut rt = s.rt.clone();
         let mut cfg = cri::pod_config(d, "seccomp-priv");

@@ -3,10 +3,11 @@
 
 use anyhow::{ensure, Context, Result};
 
-use crate::support::cri::{self, NEEDS};
+use crate::support::cri::NEEDS;
 use crate::support::manifest::{busybox, PodManifest, ProbeManifest};
 use crate::support::pods;
 use crate::support::trial;
+use crate::support::Scenario;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -27,79 +28,80 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// Always) is started (and its startupProbe passed) before the next init container, keeps
 /// running beside the app, and is stopped only after the app has exited.
 fn init_and_sidecars() -> Result<()> {
-    let d = pods::daemon(10, "")?;
-    let m = d.dir().join("markers");
-    std::fs::create_dir_all(&m)?;
-    // No quotes: some markers run inside single-quoted traps.
-    let mark = |label: &str| format!("read up rest < /proc/uptime; echo {label} $up >> /m/log");
-    // The sidecar's exec probe must fit its timeout on a slow lane too (a runc exec under qemu
-    // TCG takes over a second: 30 timeouts in a row restarted the sidecar there).
-    let timeout = crate::support::time_scale();
-    let yaml = PodManifest::new("order")
-        .grace(10)
-        .init_container(
-            busybox("first")
-                .sh(&format!("{}; sleep 1", mark("first")))
-                .mount("m", "/m"),
-        )
-        .init_container(
-            busybox("side")
-                .restart_policy("Always")
-                .sh(&format!(
-                    "trap '{}; exit 0' TERM; sleep 1; {}; touch /tmp/up; while true; do sleep 0.2; done",
-                    mark("side-term"),
-                    mark("side-up")
-                ))
-                .startup(
-                    ProbeManifest::exec(&["test", "-f", "/tmp/up"])
-                        .period(1)
-                        .timeout(timeout as i32)
-                        .failures(30),
-                )
-                .mount("m", "/m"),
-        )
-        .init_container(busybox("second").sh(&mark("second")).mount("m", "/m"))
-        .container(
-            busybox("app")
-                .sh(&format!(
-                    "trap '{}; sleep 1; {}; exit 0' TERM; {}; while true; do sleep 0.2; done",
-                    mark("app-term"),
-                    mark("app-exit"),
-                    mark("app")
-                ))
-                .mount("m", "/m"),
-        )
-        .host_path("m", &m.to_string_lossy(), Some("Directory"))
-        .yaml();
-    pods::apply(&d, &yaml)?;
-    let p = pods::wait_for(&d, "order", 40, "app running", |p| pods::running(p, "app"))?;
-    ensure!(
-        pods::running(&p, "side"),
-        "the sidecar is not running beside the app"
-    );
-    let side = pods::container(&p, "side").context("side")?;
-    ensure!(side.started == Some(true), "sidecar not started: {side:?}");
-    let log = m.join("log");
-    let t = |l: &str| pods::marker(&log, l);
-    ensure!(
-        t("first")? < t("side-up")?,
-        "sidecar before first init finished"
-    );
-    ensure!(
-        t("side-up")? <= t("second")?,
-        "second init ran before the sidecar's startupProbe"
-    );
-    ensure!(
-        t("second")? <= t("app")?,
-        "app before the last init container"
-    );
-    cli_delete_wait(&d, "order")?;
-    ensure!(
-        t("app-exit")? <= t("side-term")?,
-        "the sidecar got TERM before the app exited:\n{}",
-        std::fs::read_to_string(&log)?
-    );
-    cri::assert_clean(&d)
+    Scenario::supervisor(10).run_sync(|d| {
+        let m = d.dir().join("markers");
+        std::fs::create_dir_all(&m)?;
+        // No quotes: some markers run inside single-quoted traps.
+        let mark = |label: &str| format!("read up rest < /proc/uptime; echo {label} $up >> /m/log");
+        // The sidecar's exec probe must fit its timeout on a slow lane too (a runc exec under qemu
+        // TCG takes over a second: 30 timeouts in a row restarted the sidecar there).
+        let timeout = crate::support::time_scale();
+        let yaml = PodManifest::new("order")
+            .grace(10)
+            .init_container(
+                busybox("first")
+                    .sh(&format!("{}; sleep 1", mark("first")))
+                    .mount("m", "/m"),
+            )
+            .init_container(
+                busybox("side")
+                    .restart_policy("Always")
+                    .sh(&format!(
+                        "trap '{}; exit 0' TERM; sleep 1; {}; touch /tmp/up; while true; do sleep 0.2; done",
+                        mark("side-term"),
+                        mark("side-up")
+                    ))
+                    .startup(
+                        ProbeManifest::exec(&["test", "-f", "/tmp/up"])
+                            .period(1)
+                            .timeout(timeout as i32)
+                            .failures(30),
+                    )
+                    .mount("m", "/m"),
+            )
+            .init_container(busybox("second").sh(&mark("second")).mount("m", "/m"))
+            .container(
+                busybox("app")
+                    .sh(&format!(
+                        "trap '{}; sleep 1; {}; exit 0' TERM; {}; while true; do sleep 0.2; done",
+                        mark("app-term"),
+                        mark("app-exit"),
+                        mark("app")
+                    ))
+                    .mount("m", "/m"),
+            )
+            .host_path("m", &m.to_string_lossy(), Some("Directory"))
+            .yaml();
+        pods::apply(d, &yaml)?;
+        let p = pods::wait_for(d, "order", 40, "app running", |p| pods::running(p, "app"))?;
+        ensure!(
+            pods::running(&p, "side"),
+            "the sidecar is not running beside the app"
+        );
+        let side = pods::container(&p, "side").context("side")?;
+        ensure!(side.started == Some(true), "sidecar not started: {side:?}");
+        let log = m.join("log");
+        let t = |l: &str| pods::marker(&log, l);
+        ensure!(
+            t("first")? < t("side-up")?,
+            "sidecar before first init finished"
+        );
+        ensure!(
+            t("side-up")? <= t("second")?,
+            "second init ran before the sidecar's startupProbe"
+        );
+        ensure!(
+            t("second")? <= t("app")?,
+            "app before the last init container"
+        );
+        cli_delete_wait(d, "order")?;
+        ensure!(
+            t("app-exit")? <= t("side-term")?,
+            "the sidecar got TERM before the app exited:\n{}",
+            std::fs::read_to_string(&log)?
+        );
+        Ok(())
+    })
 }
 
 fn cli_delete_wait(d: &crate::support::Daemon, name: &str) -> Result<()> {

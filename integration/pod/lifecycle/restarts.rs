@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 
-use crate::support::cri::{self, NEEDS};
+use crate::support::cri::NEEDS;
 use crate::support::manifest::{busybox, PodManifest};
 use crate::support::pods;
 use crate::support::Scenario;
@@ -186,89 +186,91 @@ fn crash_loop() -> Result<()> {
 /// ran 10 s, is restarted after the initial 1 s, not the capped 4 s. In the same pod
 /// (restartPolicy OnFailure) a sidecar that exits 0 is restarted all the same.
 fn backoff_reset_and_sidecar_restart() -> Result<()> {
-    let d = pods::daemon(4, "")?;
-    let m = d.dir().join("markers");
-    std::fs::create_dir_all(&m)?;
-    // Start n writes "start<n> <uptime>"; the 4th run lasts 10 s; every run exits 1.
-    let script = "n=$(cat /m/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /m/n; \
-                  read up rest < /proc/uptime; echo start$n $up >> /m/log; \
-                  if [ $n -eq 4 ]; then sleep 10; fi; exit 1";
-    let yaml = PodManifest::new("quiet")
-        .restart_policy("OnFailure")
-        .grace(1)
-        .init_container(
-            busybox("side")
-                .restart_policy("Always")
-                .sh("sleep 1; exit 0"),
-        )
-        .container(busybox("main").sh(script).mount("m", "/m"))
-        .host_path("m", &m.to_string_lossy(), Some("Directory"))
-        .yaml();
-    pods::apply(&d, &yaml)?;
-    let log = m.join("log");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while pods::marker(&log, "start6").is_err() {
+    Scenario::supervisor(4).run_sync(|d| {
+        let m = d.dir().join("markers");
+        std::fs::create_dir_all(&m)?;
+        // Start n writes "start<n> <uptime>"; the 4th run lasts 10 s; every run exits 1.
+        let script = "n=$(cat /m/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /m/n; \
+                      read up rest < /proc/uptime; echo start$n $up >> /m/log; \
+                      if [ $n -eq 4 ]; then sleep 10; fi; exit 1";
+        let yaml = PodManifest::new("quiet")
+            .restart_policy("OnFailure")
+            .grace(1)
+            .init_container(
+                busybox("side")
+                    .restart_policy("Always")
+                    .sh("sleep 1; exit 0"),
+            )
+            .container(busybox("main").sh(script).mount("m", "/m"))
+            .host_path("m", &m.to_string_lossy(), Some("Directory"))
+            .yaml();
+        pods::apply(d, &yaml)?;
+        let log = m.join("log");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while pods::marker(&log, "start6").is_err() {
+            ensure!(
+                Instant::now() < deadline,
+                "six starts not reached in 60 s:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let t = |n: u32| pods::marker(&log, &format!("start{n}"));
+        let gaps = [
+            t(2)? - t(1)?,
+            t(3)? - t(2)?,
+            t(4)? - t(3)?,
+            t(5)? - t(4)? - 10.0,
+            t(6)? - t(5)?,
+        ];
+        println!("back-off before starts 2..6 (s, the 10 s run taken out of the 4th): {gaps:.2?}");
+        let within = |g: f64, want: f64| g > want - 0.8 && g < want + 1.5;
+        ensure!(within(gaps[2], 4.0), "capped back-off {gaps:.2?}");
         ensure!(
-            Instant::now() < deadline,
-            "six starts not reached in 60 s:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            within(gaps[3], 1.0),
+            "after a 10 s run (> 2 × 4 s cap) the back-off starts over at 1 s: {gaps:.2?}"
         );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let t = |n: u32| pods::marker(&log, &format!("start{n}"));
-    let gaps = [
-        t(2)? - t(1)?,
-        t(3)? - t(2)?,
-        t(4)? - t(3)?,
-        t(5)? - t(4)? - 10.0,
-        t(6)? - t(5)?,
-    ];
-    println!("back-off before starts 2..6 (s, the 10 s run taken out of the 4th): {gaps:.2?}");
-    let within = |g: f64, want: f64| g > want - 0.8 && g < want + 1.5;
-    ensure!(within(gaps[2], 4.0), "capped back-off {gaps:.2?}");
-    ensure!(
-        within(gaps[3], 1.0),
-        "after a 10 s run (> 2 × 4 s cap) the back-off starts over at 1 s: {gaps:.2?}"
-    );
-    ensure!(within(gaps[4], 2.0), "then grows again: {gaps:.2?}");
-    let p = pods::get(&d, "quiet")?.context("pod")?;
-    let side = pods::restarts(&p, "side");
-    ensure!(
-        side >= 2,
-        "the sidecar (exit 0 every second) restarted {side} times under restartPolicy OnFailure"
-    );
-    pods::delete_and_check(&d, "quiet")?;
-    cri::assert_clean(&d)
+        ensure!(within(gaps[4], 2.0), "then grows again: {gaps:.2?}");
+        let p = pods::get(d, "quiet")?.context("pod")?;
+        let side = pods::restarts(&p, "side");
+        ensure!(
+            side >= 2,
+            "the sidecar (exit 0 every second) restarted {side} times under restartPolicy OnFailure"
+        );
+        pods::delete_and_check(d, "quiet")?;
+        Ok(())
+    })
 }
 
 /// `bosun pod logs -f` keeps printing as the container restarts: each run writes a new log file
 /// and the follower moves on to it, without being started again.
 fn logs_follow() -> Result<()> {
-    let d = pods::daemon(1, "")?;
-    let yaml = PodManifest::new("chatty")
-        .grace(1)
-        .container(busybox("main").sh(r#"echo "run at $(cat /proc/uptime)"; sleep 1; exit 1"#))
-        .yaml();
-    pods::apply(&d, &yaml)?;
-    pods::wait_for(&d, "chatty", 30, "running", |p| pods::running(p, "main"))?;
-    let follower = pods::Follower::start(&d, &["logs", "-f", "chatty"])?;
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let mut runs = Vec::new();
-    while runs.len() < 3 {
-        match follower.line(deadline) {
-            Some(line) if line.starts_with("run at ") => runs.push(line),
-            Some(other) => anyhow::bail!("unexpected log line {other:?}"),
-            None => break,
+    Scenario::supervisor(1).run_sync(|d| {
+        let yaml = PodManifest::new("chatty")
+            .grace(1)
+            .container(busybox("main").sh(r#"echo "run at $(cat /proc/uptime)"; sleep 1; exit 1"#))
+            .yaml();
+        pods::apply(d, &yaml)?;
+        pods::wait_for(d, "chatty", 30, "running", |p| pods::running(p, "main"))?;
+        let follower = pods::Follower::start(d, &["logs", "-f", "chatty"])?;
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let mut runs = Vec::new();
+        while runs.len() < 3 {
+            match follower.line(deadline) {
+                Some(line) if line.starts_with("run at ") => runs.push(line),
+                Some(other) => anyhow::bail!("unexpected log line {other:?}"),
+                None => break,
+            }
         }
-    }
-    drop(follower);
-    ensure!(
-        runs.len() == 3,
-        "logs -f printed {runs:?}, want the first three runs"
-    );
-    let p = pods::get(&d, "chatty")?.context("chatty is gone")?;
-    ensure!(pods::restarts(&p, "main") >= 2, "fewer than two restarts");
-    pods::cli(&d, &["delete", "chatty", "--grace-period", "1"])?;
-    pods::wait_gone(&d, "chatty", 30)?;
-    cri::assert_clean(&d)
+        drop(follower);
+        ensure!(
+            runs.len() == 3,
+            "logs -f printed {runs:?}, want the first three runs"
+        );
+        let p = pods::get(d, "chatty")?.context("chatty is gone")?;
+        ensure!(pods::restarts(&p, "main") >= 2, "fewer than two restarts");
+        pods::cli(d, &["delete", "chatty", "--grace-period", "1"])?;
+        pods::wait_gone(d, "chatty", 30)?;
+        Ok(())
+    })
 }
