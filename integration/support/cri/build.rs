@@ -12,6 +12,31 @@ use bosun::proto::runtime::v1 as pb;
 use super::{map, namespaces, unique, Pod, NAMESPACE};
 use crate::support::Daemon;
 
+/// `labels`, `annotations` and `attempt`, the same three fields in both configs.
+macro_rules! metadata_setters {
+    ($what:literal, $attempt:literal) => {
+        #[doc = concat!("The ", $what, "'s labels.")]
+        pub fn labels(mut self, pairs: &[(&str, &str)]) -> Self {
+            self.0.labels = map(pairs);
+            self
+        }
+
+        #[doc = concat!("The ", $what, "'s annotations.")]
+        pub fn annotations(mut self, pairs: &[(&str, &str)]) -> Self {
+            self.0.annotations = map(pairs);
+            self
+        }
+
+        #[doc = concat!("The metadata's attempt (", $attempt, ").")]
+        pub fn attempt(mut self, attempt: u32) -> Self {
+            if let Some(m) = self.0.metadata.as_mut() {
+                m.attempt = attempt;
+            }
+            self
+        }
+    };
+}
+
 /// A RunPodSandbox config under construction; see [`PodBuilder::new`].
 #[derive(Debug, Clone)]
 pub struct PodBuilder(pb::PodSandboxConfig);
@@ -50,25 +75,7 @@ impl PodBuilder {
         self
     }
 
-    /// The pod's labels.
-    pub fn labels(mut self, pairs: &[(&str, &str)]) -> Self {
-        self.0.labels = map(pairs);
-        self
-    }
-
-    /// The pod's annotations.
-    pub fn annotations(mut self, pairs: &[(&str, &str)]) -> Self {
-        self.0.annotations = map(pairs);
-        self
-    }
-
-    /// The metadata's attempt (the kubelet's next try at the same pod).
-    pub fn attempt(mut self, attempt: u32) -> Self {
-        if let Some(m) = self.0.metadata.as_mut() {
-            m.attempt = attempt;
-        }
-        self
-    }
+    metadata_setters!("pod", "the kubelet's next try at the same pod");
 
     /// One pid namespace for the whole pod (shareProcessNamespace: a pod init is PID 1).
     pub fn share_pid(mut self) -> Self {
@@ -217,25 +224,7 @@ impl ContainerBuilder {
         self
     }
 
-    /// The container's labels.
-    pub fn labels(mut self, pairs: &[(&str, &str)]) -> Self {
-        self.0.labels = map(pairs);
-        self
-    }
-
-    /// The container's annotations.
-    pub fn annotations(mut self, pairs: &[(&str, &str)]) -> Self {
-        self.0.annotations = map(pairs);
-        self
-    }
-
-    /// The metadata's attempt (the kubelet's restart count).
-    pub fn attempt(mut self, attempt: u32) -> Self {
-        if let Some(m) = self.0.metadata.as_mut() {
-            m.attempt = attempt;
-        }
-        self
-    }
+    metadata_setters!("container", "the kubelet's restart count");
 
     /// One more mount.
     pub fn mount(mut self, mount: pb::Mount) -> Self {
