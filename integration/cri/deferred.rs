@@ -4,8 +4,8 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, Rt, NEEDS};
+use crate::support::trial;
 use crate::support::Scenario;
-use crate::support::{block_on, trial};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -269,13 +269,12 @@ fn stopped_pod() -> Result<()> {
 /// kill -9 of the daemon between CreateContainer and StartContainer: after the restart the
 /// containers are still CREATED with nothing running, and start to their exit codes.
 fn start_after_kill() -> Result<()> {
-    let mut d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    let (pod, ids) = cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "killed")).await?;
+    Scenario::new().run(async |s| {
+        let busybox = s.image("busybox");
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (pod, ids) = async {
+            let pod = cri::run_pod(&mut rt, cri::pod_config(d, "killed")).await?;
             let mut ids = Vec::new();
             for code in [5, 6] {
                 let c =
@@ -283,26 +282,28 @@ fn start_after_kill() -> Result<()> {
                 ids.push(cri::create(&mut rt, &pod, &c).await?);
             }
             Ok::<_, anyhow::Error>((pod, ids))
-        }),
-    )?;
-    d.kill9();
-    d.restart()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
+        }
+        .await?;
+        let d = &mut s.daemon;
+        d.kill9();
+        d.restart()?;
+        s.reconnect().await?;
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        async {
             for (id, code) in ids.iter().zip([5, 6]) {
                 created(&mut rt, id)
                     .await
                     .context("after kill -9 and restart")?;
-                holds_nothing(&d, id)?;
+                holds_nothing(d, id)?;
                 cri::start(&mut rt, id).await?;
                 let s = cri::wait_exited(&mut rt, id, 10).await?;
                 cri::check_exit(&s, code, "Error")?;
             }
             cri::remove_pod(&mut rt, &pod.id).await?;
             Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        }
+        .await?;
+        Ok(())
+    })
 }

@@ -7,7 +7,8 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, NEEDS};
-use crate::support::{block_on, trial, wait_until};
+use crate::support::Scenario;
+use crate::support::{trial, wait_until};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -29,13 +30,12 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// must find that monitor, report the container RUNNING and still stop it with the right exit
 /// code.
 fn start_not_recorded() -> Result<()> {
-    let mut d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    let (pod, id) = cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "unrecorded")).await?;
+    Scenario::new().run(async |s| {
+        let busybox = s.image("busybox");
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (pod, id) = async {
+            let pod = cri::run_pod(&mut rt, cri::pod_config(d, "unrecorded")).await?;
             let c = cri::sh_config(
                 &pod,
                 "late",
@@ -43,20 +43,20 @@ fn start_not_recorded() -> Result<()> {
                 "trap 'exit 3' TERM; while :; do sleep 0.1; done",
             );
             let id = cri::create(&mut rt, &pod, &c).await?;
-            Ok((pod, id))
-        }),
-    )?;
-    d.crash_at("container.start.launched=kill", |d| {
-        crate::support::crash::call(d, crate::support::crash::Rpc::Start(&id))
-    })?;
-    ensure!(
-        cri::monitors_of(&id).len() == 1,
-        "the monitor did not outlive the daemon"
-    );
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
+            Ok::<_, anyhow::Error>((pod, id))
+        }
+        .await?;
+        let d = &mut s.daemon;
+        d.crash_at("container.start.launched=kill", |d| {
+            crate::support::crash::call(d, crate::support::crash::Rpc::Start(&id))
+        })?;
+        ensure!(
+            cri::monitors_of(&id).len() == 1,
+            "the monitor did not outlive the daemon"
+        );
+        s.reconnect().await?;
+        let mut rt = s.rt.clone();
+        async {
             let s = cri::status(&mut rt, &id).await?;
             ensure!(
                 cri::state_of(&s) == pb::ContainerState::ContainerRunning && s.started_at > 0,
@@ -68,9 +68,10 @@ fn start_not_recorded() -> Result<()> {
             let s = cri::status(&mut rt, &id).await?;
             cri::check_exit(&s, 3, "Error")?;
             cri::remove_pod(&mut rt, &pod.id).await
-        }),
-    )?;
-    cri::assert_clean(&d)
+        }
+        .await?;
+        Ok(())
+    })
 }
 
 fn log_len(path: &std::path::Path) -> u64 {
@@ -78,13 +79,12 @@ fn log_len(path: &std::path::Path) -> u64 {
 }
 
 fn kill9_and_restart() -> Result<()> {
-    let mut d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    let (pod, ticker, quitter, late, late_cfg, tick_log, before) = cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "recovery")).await?;
+    Scenario::new().run(async |s| {
+        let busybox = s.image("busybox");
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (pod, ticker, quitter, late, late_cfg, tick_log, before) = async {
+            let pod = cri::run_pod(&mut rt, cri::pod_config(d, "recovery")).await?;
             let t = cri::sh_config(
                 &pod,
                 "ticker",
@@ -119,36 +119,36 @@ fn kill9_and_restart() -> Result<()> {
             );
             let tick_log = pod.log_of(&t);
             Ok::<_, anyhow::Error>((pod, ticker, quitter, late, l, tick_log, before))
-        }),
-    )?;
+        }
+        .await?;
+        let d = &mut s.daemon;
 
-    let killed_at = cri::now_ns();
-    d.kill9();
-    let len_at_kill = log_len(&tick_log);
-    // The quitter exits while the daemon is down; its monitor records it and goes.
-    ensure!(
-        wait_until(10 * u64::from(crate::support::time_scale()), || {
-            cri::monitors_of(&quitter).is_empty()
-        }),
-        "the quitter's monitor is still there 10 s later"
-    );
-    ensure!(
-        !cri::monitors_of(&ticker).is_empty(),
-        "the ticker's monitor died with the daemon"
-    );
-    std::thread::sleep(Duration::from_millis(600));
-    let len_down = log_len(&tick_log);
-    ensure!(
-        len_down > len_at_kill,
-        "the log did not grow while the daemon was down ({len_at_kill} → {len_down})"
-    );
-    let restarted_at = cri::now_ns();
-    d.restart()?;
+        let killed_at = cri::now_ns();
+        d.kill9();
+        let len_at_kill = log_len(&tick_log);
+        // The quitter exits while the daemon is down; its monitor records it and goes.
+        ensure!(
+            wait_until(10 * u64::from(crate::support::time_scale()), || {
+                cri::monitors_of(&quitter).is_empty()
+            }),
+            "the quitter's monitor is still there 10 s later"
+        );
+        ensure!(
+            !cri::monitors_of(&ticker).is_empty(),
+            "the ticker's monitor died with the daemon"
+        );
+        std::thread::sleep(Duration::from_millis(600));
+        let len_down = log_len(&tick_log);
+        ensure!(
+            len_down > len_at_kill,
+            "the log did not grow while the daemon was down ({len_at_kill} → {len_down})"
+        );
+        let restarted_at = cri::now_ns();
+        d.restart()?;
 
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
+        s.reconnect().await?;
+        let mut rt = s.rt.clone();
+        async {
             let pods = cri::list_pods(&mut rt, None).await?;
             ensure!(
                 pods.len() == 1
@@ -224,21 +224,21 @@ fn kill9_and_restart() -> Result<()> {
                 "the log stopped after the restart"
             );
             Ok::<_, anyhow::Error>(())
-        }),
-    )?;
+        }
+        .await?;
+        let d = &mut s.daemon;
 
-    // A clean SIGTERM leaves the containers running too.
-    let st = d.terminate().context("no exit status")?;
-    ensure!(st.success(), "SIGTERM exit: {st:?}");
-    ensure!(
-        !cri::monitors_of(&ticker).is_empty(),
-        "the ticker's monitor died with a clean daemon exit"
-    );
-    d.restart()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
+        // A clean SIGTERM leaves the containers running too.
+        let st = d.terminate().context("no exit status")?;
+        ensure!(st.success(), "SIGTERM exit: {st:?}");
+        ensure!(
+            !cri::monitors_of(&ticker).is_empty(),
+            "the ticker's monitor died with a clean daemon exit"
+        );
+        d.restart()?;
+        s.reconnect().await?;
+        let mut rt = s.rt.clone();
+        async {
             let t = cri::status(&mut rt, &ticker).await?;
             ensure!(
                 cri::state_of(&t) == pb::ContainerState::ContainerRunning,
@@ -254,7 +254,8 @@ fn kill9_and_restart() -> Result<()> {
             ensure!(cri::list_containers(&mut rt, None).await?.is_empty());
             ensure!(cri::list_pods(&mut rt, None).await?.is_empty());
             Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        }
+        .await?;
+        Ok(())
+    })
 }

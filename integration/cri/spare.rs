@@ -3,7 +3,8 @@
 use anyhow::{ensure, Context, Result};
 
 use crate::support::cri::{self, NEEDS};
-use crate::support::{block_on, trial, wait_until};
+use crate::support::Scenario;
+use crate::support::{trial, wait_until};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![trial(
@@ -58,15 +59,15 @@ fn one_spare(daemon: i32) -> Result<i32> {
 /// alone. kill -9 of the daemon: its spare exits; the restarted daemon stops the containers
 /// the spare-born monitors run, with the exit codes they record.
 fn spare_monitor() -> Result<()> {
-    let mut d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    let daemon = d.pid().context("daemon pid")? as i32;
-    let trap = "trap 'exit 7' TERM; echo up; sleep 3600 & wait";
-    let (pod, ids, spare) = cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "spare")).await?;
+    Scenario::new().run(async |s| {
+        let busybox = s.image("busybox");
+        let d = &s.daemon;
+        let daemon = d.pid().context("daemon pid")? as i32;
+        let trap = "trap 'exit 7' TERM; echo up; sleep 3600 & wait";
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (pod, ids, spare) = async {
+            let pod = cri::run_pod(&mut rt, cri::pod_config(d, "spare")).await?;
             ensure!(spares_of(daemon).is_empty(), "a spare before any start");
             let mut logs = Vec::new();
             let first = cri::sh_config(&pod, "first", &busybox, trap);
@@ -137,18 +138,18 @@ fn spare_monitor() -> Result<()> {
                     .with_context(|| format!("container {id}"))?;
             }
             Ok::<_, anyhow::Error>((pod, ids, spare))
-        }),
-    )?;
-    d.kill9();
-    ensure!(
-        wait_until(10, || !live(spare)),
-        "the spare {spare} outlived its daemon"
-    );
-    d.restart()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
+        }
+        .await?;
+        let d = &mut s.daemon;
+        d.kill9();
+        ensure!(
+            wait_until(10, || !live(spare)),
+            "the spare {spare} outlived its daemon"
+        );
+        d.restart()?;
+        s.reconnect().await?;
+        let mut rt = s.rt.clone();
+        async {
             for (id, log) in &ids {
                 cri::stop(&mut rt, id, 10).await?;
                 let s = cri::wait_exited(&mut rt, id, 10).await?;
@@ -158,7 +159,8 @@ fn spare_monitor() -> Result<()> {
             }
             cri::remove_pod(&mut rt, &pod.id).await?;
             Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        }
+        .await?;
+        Ok(())
+    })
 }

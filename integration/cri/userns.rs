@@ -13,7 +13,7 @@ use crate::support::cri::{
     self, ns_options, range, userns, userns_pod, Rt, USERNS_BASE as BASE, USERNS_LEN as LEN,
 };
 use crate::support::Scenario;
-use crate::support::{block_on, trial, Need};
+use crate::support::{trial, Need};
 
 const NEEDS: &[Need] = &[Need::Root, Need::Runc, Need::Images, Need::UserNamespaces];
 
@@ -384,23 +384,22 @@ fn bad_requests() -> Result<()> {
 }
 
 fn restart() -> Result<()> {
-    let mut d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    let (pod, id) = cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let pod = cri::run_pod(&mut rt, userns_pod(&d, "userns-restart")).await?;
+    Scenario::new().run(async |s| {
+        let busybox = s.image("busybox");
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (pod, id) = async {
+            let pod = cri::run_pod(&mut rt, userns_pod(d, "userns-restart")).await?;
             let c = cri::sh_config(&pod, "c", &busybox, "exec sleep 600");
             let id = cri::create_start(&mut rt, &pod, &c).await?;
             Ok::<_, anyhow::Error>((pod, id))
-        }),
-    )?;
-    d.restart()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
+        }
+        .await?;
+        let d = &mut s.daemon;
+        d.restart()?;
+        s.reconnect().await?;
+        let mut rt = s.rt.clone();
+        async {
             cri::wait_state(&mut rt, &id, pb::ContainerState::ContainerRunning, 5).await?;
             let r = cri::exec(&mut rt, &id, &["cat", "/proc/self/uid_map"], 10).await?;
             let map = String::from_utf8_lossy(&r.stdout)
@@ -417,7 +416,8 @@ fn restart() -> Result<()> {
             cri::check_exit(&cri::wait_exited(&mut rt, &id2, 10).await?, 0, "Completed")?;
             cri::remove_pod(&mut rt, &pod.id).await?;
             Ok::<_, anyhow::Error>(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        }
+        .await?;
+        Ok(())
+    })
 }

@@ -10,8 +10,8 @@ use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, Rt, NEEDS};
 use crate::support::podnet::{free_port, http_get, pod_ips, wait_http, HTTPD, NET_NEEDS};
+use crate::support::trial;
 use crate::support::Scenario;
-use crate::support::{block_on, trial};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     let _ = NEEDS;
@@ -204,16 +204,16 @@ fn pod_cidr() -> Result<()> {
 /// the next RunPodSandbox; its rules flushed are rebuilt at the next daemon start. iptables-nft
 /// keeps working beside it.
 fn table_rebuilt() -> Result<()> {
-    let mut d = cri::daemon()?;
-    let bb = cri::import(&d, "busybox")?;
-    let net = d.net().clone();
-    let port = free_port()?;
-    let via_gw = SocketAddr::new(net.gateway().into(), port);
-    let (a, want) = cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let mut cfg = cri::pod_config(&d, "keeper");
+    Scenario::new().run(async |s| {
+        let bb = s.image("busybox");
+        let d = &s.daemon;
+        let net = d.net().clone();
+        let port = free_port()?;
+        let via_gw = SocketAddr::new(net.gateway().into(), port);
+        let d = &s.daemon;
+        let mut rt = s.rt.clone();
+        let (a, want) = async {
+            let mut cfg = cri::pod_config(d, "keeper");
             cfg.port_mappings = vec![pb::PortMapping {
                 protocol: pb::Protocol::Tcp as i32,
                 container_port: 8080,
@@ -230,7 +230,7 @@ fn table_rebuilt() -> Result<()> {
                 http_get(via_gw).is_err(),
                 "hostPort answers without the table"
             );
-            let b = cri::run_pod(&mut rt, cri::pod_config(&d, "trigger")).await?;
+            let b = cri::run_pod(&mut rt, cri::pod_config(d, "trigger")).await?;
             ensure!(
                 net.nft_rules() == rules,
                 "{} rules after the rebuild, {rules} before",
@@ -241,27 +241,28 @@ fn table_rebuilt() -> Result<()> {
             cri::remove_pod(&mut rt, &b.id).await?;
             ensure!(net.flush_table(), "nft flush table failed");
             ensure!(net.nft_rules() == 0, "flush left rules");
-            Ok((a, want))
-        }),
-    )?;
-    let ipt = std::process::Command::new("iptables-save").output()?;
-    ensure!(
-        ipt.status.success() && !String::from_utf8_lossy(&ipt.stderr).contains(&net.name),
-        "iptables-save beside the table: {}",
-        String::from_utf8_lossy(&ipt.stderr)
-    );
-    d.kill9();
-    d.restart()?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
+            Ok::<_, anyhow::Error>((a, want))
+        }
+        .await?;
+        let d = &mut s.daemon;
+        let ipt = std::process::Command::new("iptables-save").output()?;
+        ensure!(
+            ipt.status.success() && !String::from_utf8_lossy(&ipt.stderr).contains(&net.name),
+            "iptables-save beside the table: {}",
+            String::from_utf8_lossy(&ipt.stderr)
+        );
+        d.kill9();
+        d.restart()?;
+        s.reconnect().await?;
+        let mut rt = s.rt.clone();
+        async {
             ensure!(net.nft_rules() > 0, "no rules after the restart");
             wait_http(via_gw, &want)?;
             cri::remove_pod(&mut rt, &a.id).await?;
             ensure!(net.nft_elements().is_empty(), "{:?}", net.nft_elements());
-            Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+            Ok::<_, anyhow::Error>(())
+        }
+        .await?;
+        Ok(())
+    })
 }
