@@ -8,7 +8,7 @@ use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, NEEDS};
 use crate::support::Scenario;
-use crate::support::{trial, wait_until};
+use crate::support::{block_on, trial, wait_until};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -30,12 +30,15 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// must find that monitor, report the container RUNNING and still stop it with the right exit
 /// code.
 fn start_not_recorded() -> Result<()> {
-    Scenario::new().run(async |s| {
-        let busybox = s.image("busybox");
-        let d = &s.daemon;
-        let mut rt = s.rt.clone();
-        let (pod, id) = async {
-            let pod = cri::run_pod(&mut rt, cri::pod_config(d, "unrecorded")).await?;
+    // Not on Scenario: crash_at drives its RPC on a runtime of its own, which cannot start
+    // inside the scenario's.
+    let mut d = cri::daemon()?;
+    let busybox = cri::import(&d, "busybox")?;
+    let (pod, id) = cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
+            let pod = cri::run_pod(&mut rt, cri::pod_config(&d, "unrecorded")).await?;
             let c = cri::sh_config(
                 &pod,
                 "late",
@@ -43,20 +46,20 @@ fn start_not_recorded() -> Result<()> {
                 "trap 'exit 3' TERM; while :; do sleep 0.1; done",
             );
             let id = cri::create(&mut rt, &pod, &c).await?;
-            Ok::<_, anyhow::Error>((pod, id))
-        }
-        .await?;
-        let d = &mut s.daemon;
-        d.crash_at("container.start.launched=kill", |d| {
-            crate::support::crash::call(d, crate::support::crash::Rpc::Start(&id))
-        })?;
-        ensure!(
-            cri::monitors_of(&id).len() == 1,
-            "the monitor did not outlive the daemon"
-        );
-        s.reconnect().await?;
-        let mut rt = s.rt.clone();
-        async {
+            Ok((pod, id))
+        }),
+    )?;
+    d.crash_at("container.start.launched=kill", |d| {
+        crate::support::crash::call(d, crate::support::crash::Rpc::Start(&id))
+    })?;
+    ensure!(
+        cri::monitors_of(&id).len() == 1,
+        "the monitor did not outlive the daemon"
+    );
+    cri::with_log(
+        &d,
+        block_on(async {
+            let mut rt = cri::client(&d).await?;
             let s = cri::status(&mut rt, &id).await?;
             ensure!(
                 cri::state_of(&s) == pb::ContainerState::ContainerRunning && s.started_at > 0,
@@ -68,10 +71,9 @@ fn start_not_recorded() -> Result<()> {
             let s = cri::status(&mut rt, &id).await?;
             cri::check_exit(&s, 3, "Error")?;
             cri::remove_pod(&mut rt, &pod.id).await
-        }
-        .await?;
-        Ok(())
-    })
+        }),
+    )?;
+    cri::assert_clean(&d)
 }
 
 fn log_len(path: &std::path::Path) -> u64 {
