@@ -33,7 +33,7 @@ status=${PIPESTATUS[0]}
 # restart, crash: containers re-adopted), cgroup placement and cgroup.kill, v2 stats, OOM and
 # live resource updates, a pod lifecycle with networking, kill -9 recovery with the leak check,
 # supervised pods and their QoS cgroups (kubepods, burstable, besteffort: directories or
-# slices). The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (README).
+# slices). The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (docs/testing.md).
 echo "== VM lane (cgroup v2 + systemd)"
 if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null; then
   hack/vm/run.sh -- hack/vm/suite.sh "${VM_SUBSET[@]}" 2>&1 | tee -a target/test.log

@@ -16,10 +16,14 @@ macro_rules! trials {
 }
 
 mod cgroups;
+mod cli_errors;
 mod crash;
 mod cri;
 mod daemon;
 mod disk;
+mod faults_daemons;
+mod faults_lists;
+mod faults_undo;
 mod images;
 mod images_hostile;
 mod kubectl;
@@ -34,11 +38,15 @@ mod systemd;
 
 trials! {
     cgroups,
+    cli_errors,
     cri,
     sessions,
     crash,
     daemon,
     disk,
+    faults_undo,
+    faults_daemons,
+    faults_lists,
     images,
     images_hostile,
     kubectl,

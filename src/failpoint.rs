@@ -1,4 +1,4 @@
-//! Failpoints: named step boundaries where a test makes the daemon die (SIGKILL), pause or sleep.
+//! Failpoints: named step boundaries where a test makes the daemon die (SIGKILL), pause, sleep or fail the step.
 //!
 //! Compiled in only with the `failpoints` cargo feature. The crate's dev-dependency on itself
 //! turns the feature on for every `cargo test` build (so the daemon binary the integration tests
@@ -6,10 +6,14 @@
 //! `bosun` without this module, and [`failpoint!`](crate::failpoint!) expands to nothing there.
 //!
 //! The daemon reads `BOSUN_FAILPOINTS` once at start ([`init`]):
-//! `name=action[;name=action…]`, where action is `[N@](kill|pause|sleep(MS)|off)`:
+//! `name=action[;name=action…]`, where action is `[N@](kill|pause|sleep(MS)|error|off)`:
 //! - `kill`: SIGKILL to the daemon itself, as a `kill -9` from outside at exactly that point;
 //! - `pause`: create `$BOSUN_FAILPOINT_DIR/<name>.paused` and wait until the test removes it;
 //! - `sleep(MS)`: wait MS milliseconds;
+//! - `error`: the step fails there (Internal, "injected error at failpoint <name>"), as a
+//!   failing syscall or write would; only points marked with
+//!   [`failpoint_check!`](crate::failpoint_check!) can fail (elsewhere it is ignored, with a
+//!   warning and no `hits` line);
 //! - `N@`: act on the N-th hit of the point only (default: the first).
 //!
 //! Every action taken is appended to `$BOSUN_FAILPOINT_DIR/hits` (`<name> <hit> <action>`)
@@ -37,6 +41,8 @@ pub enum Action {
     Pause,
     /// Wait this long.
     Sleep(Duration),
+    /// Fail the step (fallible points only).
+    Error,
     /// Nothing (a point listed but disarmed).
     Off,
 }
@@ -79,12 +85,13 @@ fn parse(spec: &str) -> Result<HashMap<String, Point>> {
             "kill" => Action::Kill,
             "pause" => Action::Pause,
             "off" => Action::Off,
+            "error" => Action::Error,
             a => {
                 let ms = a
                     .strip_prefix("sleep(")
                     .and_then(|r| r.strip_suffix(')'))
                     .and_then(|ms| ms.parse::<u64>().ok())
-                    .ok_or_else(|| bad("action is kill, pause, sleep(MS) or off"))?;
+                    .ok_or_else(|| bad("action is kill, pause, sleep(MS), error or off"))?;
                 Action::Sleep(Duration::from_millis(ms))
             }
         };
@@ -115,8 +122,9 @@ pub fn init() -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Counts a hit of `name`; the action when this hit is the armed one.
-fn fire(name: &str) -> Option<(Action, Option<PathBuf>)> {
+/// Counts a hit of `name`; the action when this hit is the armed one. `fallible`: the step
+/// can fail here (an `error` elsewhere is not taken).
+fn fire(name: &str, fallible: bool) -> Option<(Action, Option<PathBuf>)> {
     let reg = REGISTRY.get()?;
     let point = reg.points.get(name)?;
     let n = {
@@ -126,6 +134,13 @@ fn fire(name: &str) -> Option<(Action, Option<PathBuf>)> {
         *n
     };
     if n != point.nth || point.action == Action::Off {
+        return None;
+    }
+    if point.action == Action::Error && !fallible {
+        tracing::warn!(
+            failpoint = name,
+            "failpoint: this step cannot fail here; `error` ignored"
+        );
         return None;
     }
     if let Some(dir) = &reg.dir {
@@ -156,8 +171,8 @@ fn kill_self() -> ! {
 
 /// The failpoint `name` in synchronous code: pause and sleep block the thread.
 pub fn hit(name: &str) {
-    match fire(name) {
-        None | Some((Action::Off, _)) => {}
+    match fire(name, false) {
+        None | Some((Action::Off | Action::Error, _)) => {}
         Some((Action::Kill, _)) => kill_self(),
         Some((Action::Sleep(d), _)) => std::thread::sleep(d),
         Some((Action::Pause, file)) => {
@@ -172,8 +187,8 @@ pub fn hit(name: &str) {
 
 /// The failpoint `name` in async code: pause and sleep yield to the runtime.
 pub async fn hit_async(name: &str) {
-    match fire(name) {
-        None | Some((Action::Off, _)) => {}
+    match fire(name, false) {
+        None | Some((Action::Off | Action::Error, _)) => {}
         Some((Action::Kill, _)) => kill_self(),
         Some((Action::Sleep(d), _)) => tokio::time::sleep(d).await,
         Some((Action::Pause, file)) => {
@@ -183,6 +198,32 @@ pub async fn hit_async(name: &str) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// The error an `error` failpoint makes its step fail with.
+fn injected(name: &str) -> Error {
+    Error::internal(format!("injected error at failpoint {name}"))
+}
+
+/// The failpoint `name` at a step that can fail (synchronous code): as [`hit`], and `error`
+/// makes it return the error the step then fails with.
+pub fn check(name: &str) -> Result<()> {
+    match fire(name, true) {
+        Some((Action::Error, _)) => Err(injected(name)),
+        Some((Action::Kill, _)) => kill_self(),
+        Some((Action::Sleep(d), _)) => {
+            std::thread::sleep(d);
+            Ok(())
+        }
+        Some((Action::Pause, Some(file))) => {
+            let _ = std::fs::write(&file, b"");
+            while file.exists() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -212,6 +253,14 @@ mod tests {
             Some(Action::Sleep(Duration::from_millis(250)))
         );
         assert_eq!(p.get("d").map(|p| p.action), Some(Action::Off));
+        let p = parse("e=2@error").expect("parse");
+        assert_eq!(
+            p.get("e"),
+            Some(&Point {
+                nth: 2,
+                action: Action::Error
+            })
+        );
         assert!(parse("").expect("empty").is_empty());
     }
 

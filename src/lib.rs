@@ -6,10 +6,14 @@ pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod daemon;
+#[cfg(test)]
+mod doc_tests;
 pub mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
 pub mod image;
+#[cfg(test)]
+mod layering_tests;
 pub mod metrics;
 pub mod monitor;
 pub mod network;
@@ -34,6 +38,20 @@ macro_rules! failpoint {
     ($name:expr) => {{
         #[cfg(feature = "failpoints")]
         $crate::failpoint::hit(&$name);
+    }};
+}
+
+/// Marks the step boundary `$name` at a step that can fail (see `src/failpoint.rs`): a
+/// `Result<()>` expression, `Err` when the point is armed with `error`; `Ok(())` without the
+/// `failpoints` feature. Use it as `crate::failpoint_check!("name")?`.
+#[macro_export]
+macro_rules! failpoint_check {
+    ($name:expr) => {{
+        #[cfg(feature = "failpoints")]
+        let checked = $crate::failpoint::check(&$name);
+        #[cfg(not(feature = "failpoints"))]
+        let checked: $crate::Result<()> = Ok(());
+        checked
     }};
 }
 

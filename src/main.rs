@@ -69,7 +69,10 @@ fn main() -> std::process::ExitCode {
                 }
             }
             match e.downcast_ref::<tonic::Status>() {
-                Some(st) => eprintln!("bosun: {} ({:?})", st.message(), st.code()),
+                Some(st) => match cli::status_hint(st.code()) {
+                    Some(hint) => eprintln!("bosun: {} ({:?}); {hint}", st.message(), st.code()),
+                    None => eprintln!("bosun: {} ({:?})", st.message(), st.code()),
+                },
                 None => eprintln!("bosun: {e:#}"),
             }
             std::process::ExitCode::FAILURE

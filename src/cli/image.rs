@@ -56,6 +56,23 @@ pub enum ImageCommand {
     },
 }
 
+/// `--creds USER:PASSWORD` taken apart (empty when not given).
+fn credentials_of(creds: Option<&str>) -> anyhow::Result<(String, String)> {
+    match creds.map(|c| c.split_once(':')) {
+        None => Ok((String::new(), String::new())),
+        Some(Some((u, p))) => Ok((u.to_string(), p.to_string())),
+        Some(None) => bail!("--creds must be USER:PASSWORD (e.g. --creds alice:s3cret)"),
+    }
+}
+
+/// The error for an image the daemon does not have, with what to do next.
+fn not_found(image: &str) -> String {
+    format!(
+        "image {image:?} not found (bosun image ls lists images; bosun image pull {image} \
+         fetches it)"
+    )
+}
+
 fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
     let mut v = bytes as f64;
@@ -81,6 +98,22 @@ fn split_tag(t: &str) -> (&str, &str) {
 
 /// Runs an image subcommand against the daemon at `socket`.
 pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
+    // What needs no daemon is checked first: a missing archive or bad --creds is said as such.
+    let mut archive = None;
+    let mut credentials = None;
+    match &cmd {
+        ImageCommand::Import { file, .. } => {
+            archive = Some(std::fs::canonicalize(file).map_err(|e| {
+                anyhow::anyhow!(
+                    "archive {}: {e} (bosun image import takes an OCI layout or docker-archive \
+                     tar file)",
+                    file.display()
+                )
+            })?);
+        }
+        ImageCommand::Pull { creds, .. } => credentials = Some(credentials_of(creds.as_deref())?),
+        _ => {}
+    }
     let channel = connect(&socket).await?;
     let mut cri = pb::image_service_client::ImageServiceClient::new(channel.clone());
     match cmd {
@@ -138,7 +171,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                 .await?
                 .into_inner();
             let Some(img) = r.image else {
-                bail!("image {image:?} not found")
+                bail!("{}", not_found(&image))
             };
             let info: serde_json::Value = r
                 .info
@@ -165,7 +198,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                     .await?
                     .into_inner();
                 let Some(img) = st.image else {
-                    bail!("image {image:?} not found")
+                    bail!("{}", not_found(&image))
                 };
                 cri.remove_image(pb::RemoveImageRequest {
                     image: Some(pb::ImageSpec {
@@ -187,11 +220,8 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
             creds,
             quiet,
         } => {
-            let (username, password) = match creds.as_deref().map(|c| c.split_once(':')) {
-                None => (String::new(), String::new()),
-                Some(Some((u, p))) => (u.to_string(), p.to_string()),
-                Some(None) => bail!("--creds must be USER:PASSWORD"),
-            };
+            let _ = creds; // taken apart above, before dialling the daemon
+            let (username, password) = credentials.take().unwrap_or_default();
             let mut api = api::images_client::ImagesClient::new(channel);
             let mut stream = api
                 .pull(api::PullRequest {
@@ -239,8 +269,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
             base_name,
             tags,
         } => {
-            let path =
-                std::fs::canonicalize(&file).with_context(|| format!("{}", file.display()))?;
+            let path = archive.take().unwrap_or(file); // made absolute above
             let mut api = api::images_client::ImagesClient::new(channel);
             let r = api
                 .import(api::ImportRequest {

@@ -110,6 +110,20 @@ pub fn client_socket(cli: &Cli) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
 }
 
+/// What to do next after the daemon answered a call with `code`, where its message alone
+/// does not say (`None`: it does).
+pub fn status_hint(code: tonic::Code) -> Option<&'static str> {
+    match code {
+        tonic::Code::Unavailable => {
+            Some("the daemon stopped answering: see systemctl status bosun, or its log")
+        }
+        tonic::Code::Unimplemented => {
+            Some("this daemon does not serve the call: compare the versions with bosun version")
+        }
+        _ => None,
+    }
+}
+
 /// `bosun version`: this binary's version and the daemon's, if reachable.
 pub async fn version(socket: &std::path::Path) -> anyhow::Result<()> {
     use crate::proto::runtime::v1 as pb;

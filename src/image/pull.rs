@@ -1,8 +1,10 @@
 //! Pulls images from registries into the content store: manifest, config and layers, verified.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::LazyLock;
 
 use futures::StreamExt;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result, ResultExt};
@@ -14,6 +16,10 @@ use crate::image::manifest::{
 use crate::image::reference::Reference;
 use crate::image::registry::downloads::{BlobEvent, Downloads, Source};
 use crate::image::registry::{Credentials, RegistryClient, Resolved};
+
+/// Bytes of image layers pulls received from registries (a layer one pull joins another's
+/// download of counts for both pulls); the daemon's metrics serve it as `image_pull_bytes`.
+pub static PULLED_BYTES: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// Layers downloaded at once per pull unless configured otherwise (containerd's default is 3).
 pub const DEFAULT_MAX_CONCURRENT_LAYERS: usize = 3;
@@ -211,7 +217,7 @@ impl Puller {
                 digest: digest.clone(),
             },
             BlobEvent::Done => {
-                crate::metrics::PULLED_BYTES.inc_by(desc.size);
+                PULLED_BYTES.inc_by(desc.size);
                 PullEvent::Done {
                     digest: digest.clone(),
                 }

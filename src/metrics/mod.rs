@@ -1,7 +1,7 @@
 //! Prometheus metrics of the daemon: CRI call counts and latency, pod sandbox run time, objects by state, pulled bytes.
 //!
-//! Counters live in [`Metrics`] (one per daemon) except [`PULLED_BYTES`], a process-wide
-//! counter the image puller bumps. [`layer::MetricsLayer`] counts every gRPC call on the
+//! Counters live in [`Metrics`] (one per daemon) except the image puller's process-wide
+//! [`crate::image::pull::PULLED_BYTES`]. [`layer::MetricsLayer`] counts every gRPC call on the
 //! server; [`server::serve`] answers `GET /metrics` in the OpenMetrics text format.
 
 pub mod layer;
@@ -9,7 +9,7 @@ pub mod server;
 mod states;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -19,10 +19,6 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::runtime::Runtime;
-
-/// Bytes of image layers pulls received from registries (a layer one pull joins another's
-/// download of counts for both pulls).
-pub static PULLED_BYTES: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// The labels of one gRPC call.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -78,7 +74,7 @@ impl Metrics {
         registry.register(
             "image_pull_bytes",
             "Bytes of image layers received by pulls",
-            PULLED_BYTES.clone(),
+            crate::image::pull::PULLED_BYTES.clone(),
         );
         if let Some(rt) = runtime {
             registry.register_collector(Box::new(states::States::new(rt)));

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::conf::{self, NetworkList};
 use super::invoke::{self, Command};
-use super::native::{Native, Plan};
+use super::native::{Native, Owner, Plan, CLAIMS_DIR};
 use super::{firewall, orphans};
 use super::{result, Attachment, Network, NetworkStatus, PodNetwork, POD_IFNAME, REASON_NOT_READY};
 use crate::config::{cidr, NetworkConfig};
@@ -48,13 +48,17 @@ struct Loaded {
 /// What a sandbox was attached with (`<cache>/<id>.json`), written before the first ADD and
 /// removed after a successful DEL.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    network: String,
-    steps: Vec<RecordStep>,
+pub(super) struct Record {
+    pub(super) network: String,
+    pub(super) steps: Vec<RecordStep>,
     /// DELs started so far (each failed or was cut short, or the record would be gone): a
     /// retried DEL may not see what an earlier one removed half of.
     #[serde(default)]
-    del_attempts: u32,
+    pub(super) del_attempts: u32,
+    /// Set when the sandbox went away with its DEL failed: the DEL is retried in the
+    /// background with this (its netns pinned at `<cache>/<id>.netns`), see `deferred.rs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) deferred: Option<PodNetwork>,
 }
 
 impl Record {
@@ -78,21 +82,29 @@ impl Record {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct RecordStep {
+pub(super) struct RecordStep {
     ifname: String,
     list: Value,
     #[serde(default)]
     result: Option<Value>,
+    /// How many of the list's plugins ADD was started for, recorded before each is run: a
+    /// plugin ADD never reached needs no DEL (its binary may not even exist). Absent in
+    /// records from before issue 28: every plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    invoked: Option<usize>,
 }
 
 /// CNI plugins on the conf dir's network or the embedded default.
 pub struct Cni {
     cfg: NetworkConfig,
-    cache_dir: PathBuf,
+    pub(super) cache_dir: PathBuf,
     timeout: Duration,
     loaded: Mutex<Option<Loaded>>,
     pod_cidr: Mutex<Option<String>>,
-    native: Native,
+    pub(super) native: Native,
+    /// The daemon the embedded network belongs to, and where it is registered.
+    owner: Owner,
+    claims_dir: PathBuf,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -107,14 +119,51 @@ impl Cni {
             .ok()
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
+        let owner = Owner {
+            pid: std::process::id(),
+            root: cache_dir.parent().unwrap_or(&cache_dir).to_path_buf(),
+            socket: PathBuf::new(),
+        };
+        let claims_dir = PathBuf::from(CLAIMS_DIR);
         Ok(Cni {
             timeout: Duration::from_secs(cfg.plugin_timeout_secs.max(1)),
             cfg,
             cache_dir,
             loaded: Mutex::new(None),
             pod_cidr: Mutex::new(pod_cidr),
-            native: Native::new(),
+            native: Native::new(owner.clone(), claims_dir.clone()),
+            owner,
+            claims_dir,
         })
+    }
+
+    /// Names the daemon's CRI socket to other daemons whose embedded network would clash
+    /// with this one's.
+    pub fn with_socket(mut self, socket: &std::path::Path) -> Cni {
+        self.owner.socket = socket.to_path_buf();
+        self.native = Native::new(self.owner.clone(), self.claims_dir.clone());
+        self
+    }
+
+    /// Registers the embedded network in `dir` instead of the host's [`CLAIMS_DIR`] (tests).
+    pub fn with_claims_dir(mut self, dir: PathBuf) -> Cni {
+        self.claims_dir = dir;
+        self.native = Native::new(self.owner.clone(), self.claims_dir.clone());
+        self
+    }
+
+    /// At start: when the embedded network is the active one, registers it and opens its
+    /// lease journal now, so a daemon whose embedded network would share a bridge, subnet,
+    /// table or lease directory with a running daemon's refuses to start, naming that daemon
+    /// and the keys to change (issue 28). A daemon whose pods use a CNI config claims nothing.
+    pub fn claim_embedded(&self) -> Result<()> {
+        match self.resolve() {
+            Ok(r) => match &r.native {
+                Some(plan) => self.native.open_now(plan),
+                None => Ok(()),
+            },
+            Err(_) => Ok(()),
+        }
     }
 
     /// Sets the per-plugin-call timeout (tests).
@@ -128,7 +177,7 @@ impl Cni {
         self.cache_dir.display().to_string()
     }
 
-    fn record_path(&self, id: &str) -> PathBuf {
+    pub(super) fn record_path(&self, id: &str) -> PathBuf {
         self.cache_dir.join(format!("{id}.json"))
     }
 
@@ -203,7 +252,7 @@ impl Cni {
 
     /// The embedded network's plan for tearing down and recovering (whether or not it is the
     /// active network); `None` when the config cannot make one.
-    fn native_plan(&self) -> Option<Arc<Plan>> {
+    pub(super) fn native_plan(&self) -> Option<Arc<Plan>> {
         if let Ok(r) = self.resolve() {
             if let Some(p) = &r.native {
                 return Some(p.clone());
@@ -226,8 +275,10 @@ impl Cni {
         Ok(r)
     }
 
-    /// Runs `cmd` for every plugin of `list` (DEL in reverse); ADD chains each result into the
-    /// next plugin's prevResult and returns the last.
+    /// Runs `cmd` for the first `upto` plugins of `list` (DEL in reverse); ADD chains each
+    /// result into the next plugin's prevResult and returns the last. `progress`: the record
+    /// and step whose `invoked` count is written before each plugin is run (ADD).
+    #[allow(clippy::too_many_arguments)]
     async fn run_list(
         &self,
         cmd: Command,
@@ -235,6 +286,8 @@ impl Cni {
         ifname: &str,
         pod: &PodNetwork,
         prev: Option<Value>,
+        upto: usize,
+        mut progress: Option<(&mut Record, usize)>,
     ) -> Result<Option<Value>> {
         let runtime = runtime_config(pod);
         let netns = if cmd == Command::Del && !pod.netns.exists() {
@@ -245,9 +298,10 @@ impl Cni {
         let mut env_base = invoke::env(cmd, pod, ifname, &netns, &self.cfg.bin_dirs);
         // Marks the call and what it runs, so the next daemon can find them (see orphans).
         env_base.push((orphans::CALLER_ENV, self.caller()));
+        let upto = upto.min(list.plugins.len());
         let order: Vec<usize> = match cmd {
-            Command::Del => (0..list.plugins.len()).rev().collect(),
-            _ => (0..list.plugins.len()).collect(),
+            Command::Del => (0..upto).rev().collect(),
+            _ => (0..upto).collect(),
         };
         let mut prev = prev;
         for i in order {
@@ -255,11 +309,19 @@ impl Cni {
             // A plugin gone since the config was checked: not a NotFound of the sandbox.
             let bin = invoke::find_plugin(t, &self.cfg.bin_dirs)
                 .map_err(|e| not_ready(e.context(format!("network {:?}", list.name))))?;
+            if let Some((rec, s)) = progress.as_mut() {
+                if let Some(step) = rec.steps.get_mut(*s) {
+                    if step.invoked.unwrap_or(0) <= i {
+                        step.invoked = Some(i + 1);
+                        self.write_record(&pod.id, rec).await?;
+                    }
+                }
+            }
             let stdin = list.plugin_stdin(i, prev.as_ref(), &runtime);
             let out = invoke::run(&bin, &env_base, stdin.to_string().as_bytes(), self.timeout)
                 .await
                 .map_err(|e| e.context(format!("network {:?}", list.name)))?;
-            crate::failpoint!(format!("cni.{}.plugin-done", cmd.as_str().to_lowercase()));
+            crate::failpoint_check!(format!("cni.{}.plugin-done", cmd.as_str().to_lowercase()))?;
             if cmd == Command::Add {
                 let v: Value = serde_json::from_slice(&out).map_err(|e| {
                     Error::internal(format!(
@@ -273,16 +335,22 @@ impl Cni {
         Ok(prev)
     }
 
-    /// DEL of every step of `rec` (`lists`: their network configs), last attached first.
+    /// DEL of every step of `rec` (`lists`: their network configs), last attached first; of
+    /// each step the plugins ADD was started for.
     async fn del_steps(&self, rec: &Record, lists: &[NetworkList], pod: &PodNetwork) -> Result<()> {
         for (step, list) in rec.steps.iter().zip(lists).rev() {
-            self.run_list(Command::Del, list, &step.ifname, pod, step.result.clone())
+            let upto = step.invoked.unwrap_or(list.plugins.len());
+            if upto == 0 {
+                continue;
+            }
+            let prev = step.result.clone();
+            self.run_list(Command::Del, list, &step.ifname, pod, prev, upto, None)
                 .await?;
         }
         Ok(())
     }
 
-    async fn write_record(&self, id: &str, rec: &Record) -> Result<()> {
+    pub(super) async fn write_record(&self, id: &str, rec: &Record) -> Result<()> {
         let path = self.record_path(id);
         let rec = rec.clone();
         tokio::task::spawn_blocking(move || write_json(&path, &rec))
@@ -291,7 +359,7 @@ impl Cni {
     }
 
     /// Removes sandbox `id`'s record (DEL done, or never possible).
-    fn forget(&self, id: &str) -> Result<()> {
+    pub(super) fn forget(&self, id: &str) -> Result<()> {
         match std::fs::remove_file(self.record_path(id)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(Error::internal(format!("remove CNI record of {id}: {e}")))
@@ -300,7 +368,7 @@ impl Cni {
         }
     }
 
-    fn read_record(&self, id: &str) -> Result<Option<Record>> {
+    pub(super) fn read_record(&self, id: &str) -> Result<Option<Record>> {
         let path = self.record_path(id);
         match std::fs::read(&path) {
             Ok(b) => serde_json::from_slice(&b)
@@ -316,7 +384,7 @@ impl Cni {
     /// can still be removed (issue 16 item 8). A DEL that ran and failed, timed out or found no
     /// plugin keeps the record for the next try; a DEL after another one or after an interrupted
     /// ADD is checked for left firewall rules.
-    async fn detach_cni(&self, pod: &PodNetwork) -> Result<()> {
+    pub(super) async fn detach_cni(&self, pod: &PodNetwork) -> Result<()> {
         let path = self.record_path(&pod.id);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -458,21 +526,36 @@ impl Network for Cni {
             steps: r
                 .steps
                 .iter()
-                .map(|s| RecordStep {
+                .enumerate()
+                .map(|(i, s)| RecordStep {
                     ifname: s.ifname.clone(),
                     list: s.list.raw.clone(),
                     result: None,
+                    // The first plugin's ADD is started next (every binary was found just now):
+                    // this write records it, so one-plugin networks write no more than before.
+                    invoked: Some(usize::from(i == 0 && !s.list.plugins.is_empty())),
                 })
                 .collect(),
             del_attempts: 0,
+            deferred: None,
         };
         // Recorded before the first ADD: whatever happens next, DEL knows what to undo.
         self.write_record(&pod.id, &rec).await?;
-        crate::failpoint!("cni.add.recorded");
+        crate::failpoint_check!("cni.add.recorded")?;
         let mut final_result = None;
         for (i, step) in r.steps.iter().enumerate() {
+            let n = step.list.plugins.len();
+            let progress = Some((&mut rec, i));
             let res = self
-                .run_list(Command::Add, &step.list, &step.ifname, pod, None)
+                .run_list(
+                    Command::Add,
+                    &step.list,
+                    &step.ifname,
+                    pod,
+                    None,
+                    n,
+                    progress,
+                )
                 .await?;
             if let Some(s) = rec.steps.get_mut(i) {
                 s.result = res.clone();
@@ -481,7 +564,7 @@ impl Network for Cni {
                 final_result = res;
             }
         }
-        crate::failpoint!("cni.add.done");
+        crate::failpoint_check!("cni.add.done")?;
         self.write_record(&pod.id, &rec).await?;
         let ips = match &final_result {
             Some(v) => {
@@ -496,10 +579,28 @@ impl Network for Cni {
     }
 
     /// The embedded network's part (a no-op unless it leased the sandbox an address), then
-    /// CNI DEL from the sandbox's record (see [`Cni::detach_cni`]).
+    /// CNI DEL from the sandbox's record (see [`Cni::detach_cni`]); nothing when the DEL was
+    /// handed over to a background retry ([`Network::defer_detach`]).
     async fn detach(&self, pod: &PodNetwork) -> Result<()> {
+        if self.is_deferred(&pod.id) {
+            return Ok(());
+        }
         self.native.detach(&pod.id, self.native_plan()).await?;
         self.detach_cni(pod).await
+    }
+
+    async fn defer_detach(&self, pod: &PodNetwork) -> Result<PodNetwork> {
+        self.defer(pod).await
+    }
+
+    fn deferred(&self) -> Vec<PodNetwork> {
+        self.deferred_pods()
+    }
+
+    async fn retry_detach(&self, pod: &PodNetwork) -> Result<()> {
+        self.native.detach(&pod.id, self.native_plan()).await?;
+        self.detach_cni(pod).await?;
+        self.unpin(&pod.id)
     }
 
     async fn recover(&self) {
@@ -510,6 +611,9 @@ impl Network for Cni {
             (temps, orphans::reap(&caller, ORPHAN_GRACE))
         })
         .await;
+        for id in self.sweep_pins() {
+            tracing::info!(sandbox = %id, "released the netns pin of a finished deferred DEL");
+        }
         match done {
             Ok(((removed, failed), r)) => {
                 if removed > 0 {
@@ -545,14 +649,9 @@ impl Network for Cni {
         for step in &rec.steps {
             let list = NetworkList::from_raw(&step.list)?;
             if list.supports_check() {
-                self.run_list(
-                    Command::Check,
-                    &list,
-                    &step.ifname,
-                    pod,
-                    step.result.clone(),
-                )
-                .await?;
+                let (prev, n) = (step.result.clone(), list.plugins.len());
+                self.run_list(Command::Check, &list, &step.ifname, pod, prev, n, None)
+                    .await?;
             }
         }
         Ok(())

@@ -51,7 +51,9 @@ impl Env {
         }
     }
     fn cni(&self) -> Cni {
-        Cni::new(self.cfg(), self.dir.path().join("cache")).expect("cni")
+        Cni::new(self.cfg(), self.dir.path().join("cache"))
+            .expect("cni")
+            .with_claims_dir(self.dir.path().join("claims"))
     }
     fn write_conf(&self, name: &str, text: &str) {
         std::fs::write(self.conf_dir().join(name), text).expect("conf");
@@ -380,4 +382,78 @@ async fn a_failed_del_is_counted_for_the_retry() {
     assert_eq!(rec["del_attempts"], 1, "{rec}");
     cni.detach(&p).await.expect("retried DEL");
     assert!(!record.exists(), "record left after a successful DEL");
+}
+
+/// Issue 28: the record says how far ADD got, plugin by plugin; DEL runs for the plugins ADD
+/// was started for (the failing one included), never for one ADD never reached (its binary
+/// may not even exist). A record from before says nothing: every plugin gets its DEL.
+#[tokio::test]
+async fn a_plugin_add_never_reached_gets_no_del() {
+    let env = Env::new(&["bridge", "portmap"]);
+    crate::testutil::script(
+        &env.dir.path().join("bin/fail"),
+        "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"code\":11,\"msg\":\"no more addresses\"}'; exit 1; fi\n",
+    );
+    env.write_conf(
+        "10-f.conflist",
+        r#"{"cniVersion":"1.0.0","name":"f","plugins":[{"type":"bridge"},{"type":"fail"},{"type":"portmap"}]}"#,
+    );
+    let cni = env.cni();
+    cni.attach(&pod("sb6")).await.expect_err("fails");
+    let record = env.dir.path().join("cache/sb6.json");
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("record")).expect("json");
+    assert_eq!(rec["steps"][0]["invoked"], 2, "{rec}");
+    env.clear_calls();
+    cni.detach(&pod("sb6")).await.expect("detach");
+    let dels: Vec<String> = env.calls().into_iter().map(|c| c.0).collect();
+    assert_eq!(dels, ["bridge"], "portmap's ADD never ran: no DEL for it");
+
+    // The same record without `invoked` (an older daemon's): DEL for all three.
+    let mut old = rec.clone();
+    if let Some(step) = old["steps"][0].as_object_mut() {
+        step.remove("invoked");
+    }
+    std::fs::write(&record, old.to_string()).expect("record");
+    env.clear_calls();
+    cni.detach(&pod("sb6")).await.expect("detach");
+    let dels: Vec<String> = env.calls().into_iter().map(|c| c.0).collect();
+    assert_eq!(dels, ["portmap", "bridge"]);
+}
+
+/// Issue 28: a DEL handed over (its sandbox went away) is kept on disk with the pod's CNI
+/// identity, skipped by the ordinary DEL, listed again by the next daemon, and retried until
+/// it succeeds; then its record is gone.
+#[tokio::test]
+async fn a_deferred_del_is_kept_until_a_retry_succeeds() {
+    let env = Env::new(&["bosun-flaky"]);
+    let ok = env.dir.path().join("del-ok");
+    crate::testutil::script(
+        &env.dir.path().join("bin/bosun-flaky"),
+        &format!(
+            "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = DEL ] && [ ! -e {0} ]; then echo '{{\"code\":11,\"msg\":\"busy\"}}'; exit 1; fi\necho '{{\"cniVersion\":\"1.0.0\"}}'\n",
+            ok.display()
+        ),
+    );
+    env.write_conf(
+        "10-flaky.conflist",
+        r#"{"cniVersion":"1.0.0","name":"flaky","plugins":[{"type":"bosun-flaky"}]}"#,
+    );
+    let cni = env.cni();
+    let p = pod("sb-gone");
+    cni.attach(&p).await.expect("attach");
+    cni.detach(&p).await.expect_err("DEL fails");
+    // /proc/self/ns/net is no pin of ours: the retries run without a netns.
+    let kept = cni.defer_detach(&p).await.expect("handed over");
+    assert_eq!(kept.netns, PathBuf::new());
+    assert_eq!((kept.name.as_str(), kept.uid.as_str()), ("web", "uid-1"));
+    cni.detach(&p).await.expect("the background retry owns it");
+    // The next daemon finds it.
+    let again = env.cni();
+    assert_eq!(again.deferred(), std::slice::from_ref(&kept));
+    again.retry_detach(&kept).await.expect_err("still busy");
+    std::fs::write(&ok, "").expect("ok");
+    again.retry_detach(&kept).await.expect("done");
+    assert!(again.deferred().is_empty());
+    assert!(!env.dir.path().join("cache/sb-gone.json").exists());
 }

@@ -17,6 +17,8 @@ pub enum Call {
     Detach(String),
     /// check(id).
     Check(String),
+    /// defer_detach(id).
+    Defer(String),
 }
 
 #[derive(Default)]
@@ -26,6 +28,7 @@ struct State {
     next: u8,
     fail_attach: Option<String>,
     fail_detach: Option<String>,
+    deferred: BTreeMap<String, PodNetwork>,
     not_ready: Option<String>,
     pod_cidr: String,
 }
@@ -105,10 +108,35 @@ impl Network for FakeNetwork {
     async fn detach(&self, pod: &PodNetwork) -> Result<()> {
         let mut st = self.st();
         st.calls.push(Call::Detach(pod.id.clone()));
+        if st.deferred.contains_key(&pod.id) {
+            return Ok(());
+        }
         if let Some(m) = &st.fail_detach {
             return Err(Error::internal(m.clone()));
         }
         st.attached.remove(&pod.id);
+        Ok(())
+    }
+
+    async fn defer_detach(&self, pod: &PodNetwork) -> Result<PodNetwork> {
+        let mut st = self.st();
+        st.calls.push(Call::Defer(pod.id.clone()));
+        st.deferred.insert(pod.id.clone(), pod.clone());
+        Ok(pod.clone())
+    }
+
+    fn deferred(&self) -> Vec<PodNetwork> {
+        self.st().deferred.values().cloned().collect()
+    }
+
+    async fn retry_detach(&self, pod: &PodNetwork) -> Result<()> {
+        let mut st = self.st();
+        st.calls.push(Call::Detach(pod.id.clone()));
+        if let Some(m) = &st.fail_detach {
+            return Err(Error::internal(m.clone()));
+        }
+        st.attached.remove(&pod.id);
+        st.deferred.remove(&pod.id);
         Ok(())
     }
 

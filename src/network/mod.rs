@@ -8,6 +8,7 @@
 
 mod cni;
 pub mod conf;
+mod deferred;
 pub mod fake;
 pub mod firewall;
 pub mod invoke;
@@ -71,8 +72,9 @@ pub struct Bandwidth {
     pub egress_burst: u64,
 }
 
-/// What a sandbox's network is set up from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What a sandbox's network is set up from (also kept on disk with a deferred DEL).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PodNetwork {
     /// The sandbox id (CNI_CONTAINERID, K8S_POD_INFRA_CONTAINER_ID).
     pub id: String,
@@ -131,8 +133,18 @@ pub trait Network: Send + Sync {
     /// before the failing plugin is undone there).
     async fn attach(&self, pod: &PodNetwork) -> Result<Attachment>;
     /// CNI DEL for `pod` with the config it was attached with; a no-op when it was never
-    /// attached or already detached. Idempotent.
+    /// attached, already detached, or its DEL was handed over ([`Network::defer_detach`]).
+    /// Idempotent.
     async fn detach(&self, pod: &PodNetwork) -> Result<()>;
+    /// Takes over the DEL of `pod` after [`Network::detach`] failed, for a sandbox that goes
+    /// away now (a failed RunPodSandbox): pins its netns in the network's own directory and
+    /// records the hand-over on disk. Returns `pod` as [`Network::retry_detach`] must be
+    /// given it (its netns the pin, or empty when the netns was already gone).
+    async fn defer_detach(&self, pod: &PodNetwork) -> Result<PodNetwork>;
+    /// The DELs handed over and not done yet (after a restart: to try again).
+    fn deferred(&self) -> Vec<PodNetwork>;
+    /// One try of a handed-over DEL; once it succeeds its record and the pin are gone.
+    async fn retry_detach(&self, pod: &PodNetwork) -> Result<()>;
     /// At start, before any DEL of recovery: plugin calls a killed daemon left running are
     /// killed (they would race recovery's DEL of the same sandbox), leftovers of interrupted
     /// writes removed. Never fails; problems are logged.

@@ -79,38 +79,40 @@ impl Runtime {
         }
         // A crash from here to the record leaves a lease without its container: recovery
         // releases it.
-        crate::failpoint!("container.create.leased");
-        let entry = match self.state.containers.create(
-            reservation,
-            meta,
-            ContainerStatus::created(now_ns()),
-        ) {
+        let recorded = crate::failpoint_check!("container.create.leased").and_then(|()| {
+            let status = ContainerStatus::created(now_ns());
+            self.state.containers.create(reservation, meta, status)
+        });
+        let entry = match recorded {
             Ok(e) => e,
             Err(e) => {
                 let _ = self.images.leases().release(&id);
-                return Err(e);
+                return Err(e.context(format!("container {name:?}")));
             }
         };
         let handle = self.handle(&id);
         let _life = handle.lifecycle.lock().await;
-        crate::failpoint!("container.create.recorded");
         let recorded = t0.elapsed();
-        let built = match self.build_container(&sandbox, &image, entry.meta()).await {
-            // The identity is known only now; a rename, like every status update (README
-            // "Layout"): the synced creation record above is what recovery needs.
-            Ok(user) => entry.update(|s| {
+        let built = async {
+            crate::failpoint_check!("container.create.recorded")?;
+            let user = self.build_container(&sandbox, &image, entry.meta()).await?;
+            // The identity is known only now; a rename, like every status update
+            // (docs/architecture.md, "State on disk"): the synced creation record above is
+            // what recovery needs.
+            entry.update(|s| {
                 s.user = Some(user);
                 Ok(())
-            }),
-            Err(e) => Err(e),
-        };
+            })?;
+            crate::failpoint_check!("container.create.done")
+        }
+        .await;
         if let Err(e) = built {
+            // All or nothing (DESIGN rule 8): what the steps made goes, the name with it.
             drop(_life);
             self.discard_container(&id).await;
             self.drop_handle(&id);
-            return Err(e.context(format!("container {name:?}")));
+            return Err(e.context(format!("container {name:?} ({id})")));
         }
-        crate::failpoint!("container.create.done");
         tracing::info!(
             container = %id,
             name = %name,
@@ -222,7 +224,7 @@ impl Runtime {
         })
         .await
         .map_err(|e| Error::internal(format!("create task: {e}")))??;
-        crate::failpoint!("container.create.rootfs");
+        crate::failpoint_check!("container.create.rootfs")?;
         // The monitor creates the log file at start; its directory is checked now.
         let log_dir = Path::new(&meta.log_path).parent();
         if let Some(dir) = log_dir.filter(|_| !meta.log_path.is_empty()) {
@@ -416,6 +418,11 @@ impl Runtime {
         let id = entry.id().to_string();
         let handle = self.handle(&id);
         let _life = handle.lifecycle.lock().await;
+        if self.state.containers.get(&id).is_err() {
+            return Err(Error::not_found(format!(
+                "container {id}: update resources: removed while the update waited"
+            )));
+        }
         let status = entry.status();
         let st = status.state();
         if !matches!(st, ContainerState::Created | ContainerState::Running) {

@@ -20,6 +20,8 @@ mod stop;
 mod validate;
 
 #[cfg(test)]
+mod list_tests;
+#[cfg(test)]
 mod network_tests;
 #[cfg(test)]
 mod stop_tests;

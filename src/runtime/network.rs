@@ -3,10 +3,13 @@
 
 use std::net::IpAddr;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use super::service::Runtime;
 use super::state::meta::{SandboxEntry, SandboxMeta};
 use super::state::paths;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::network::{Bandwidth, DnsCap, NetworkStatus, PodNetwork, PortMap};
 use crate::oci::NamespaceMode;
 
@@ -152,6 +155,69 @@ impl Runtime {
             tracing::info!(sandbox = %entry.id(), "pod network detached");
         }
         Ok(())
+    }
+}
+
+/// The first wait of a background DEL retry, doubled after each failure up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two tries of a background DEL.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+impl Runtime {
+    /// Hands the DEL that just failed for `entry` (`why`) to the network and a background
+    /// retry: the sandbox can then go at once, its netns pinned by the network until the DEL
+    /// succeeds (issue 28: a failed RunPodSandbox must not keep the pod's name). The hand-over
+    /// is on disk: a restart resumes the retry ([`Runtime::resume_deferred_detaches`]).
+    pub(super) async fn hand_over_detach(
+        self: &Arc<Self>,
+        entry: &SandboxEntry,
+        why: &Error,
+    ) -> Result<()> {
+        let pod = self
+            .network
+            .defer_detach(&pod_network(entry.id(), entry.meta()))
+            .await?;
+        tracing::warn!(
+            sandbox = %entry.id(),
+            pod = %entry.meta().request.pod.key(),
+            "pod network teardown failed ({why}); it is retried in the background until it \
+             succeeds, the netns pinned for it"
+        );
+        self.retry_detach_later(pod, RETRY_FIRST);
+        Ok(())
+    }
+
+    /// At start: the DELs handed over before (by a failed RunPodSandbox) are tried again.
+    pub(super) fn resume_deferred_detaches(self: &Arc<Self>) {
+        for pod in self.network.deferred() {
+            tracing::info!(sandbox = %pod.id, "recovery: resuming a pod network teardown left to a background retry");
+            self.retry_detach_later(pod, Duration::ZERO);
+        }
+    }
+
+    /// Tries deferred DEL `pod` after `first`, then again (waiting twice as long each time,
+    /// at most [`RETRY_MAX`]) until it succeeds; each failure is logged.
+    fn retry_detach_later(&self, pod: PodNetwork, first: Duration) {
+        let network = self.network.clone();
+        tokio::spawn(async move {
+            let mut wait = first;
+            for attempt in 1u32.. {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).clamp(RETRY_FIRST, RETRY_MAX);
+                match network.retry_detach(&pod).await {
+                    Ok(()) => {
+                        tracing::info!(sandbox = %pod.id, attempt, "deferred pod network teardown done");
+                        return;
+                    }
+                    Err(e) => tracing::warn!(
+                        sandbox = %pod.id,
+                        attempt,
+                        retry_in_s = wait.as_secs(),
+                        "deferred pod network teardown: {e}"
+                    ),
+                }
+            }
+        });
     }
 }
 

@@ -109,7 +109,7 @@ async fn stop_detaches_and_clears_the_addresses_host_network_skips_cni() {
     fx.rt.stop_sandbox(&host).await.expect("stop");
     fx.rt.remove_sandbox(&host).await.expect("remove");
     let touched = fx.net.calls().iter().any(|c| match c {
-        Call::Attach(i) | Call::Detach(i) | Call::Check(i) => i == &host,
+        Call::Attach(i) | Call::Detach(i) | Call::Check(i) | Call::Defer(i) => i == &host,
     });
     assert!(
         !touched,
@@ -247,4 +247,41 @@ fn pod_network_maps_host_ports_dns_and_bandwidth_annotations() {
         "fast".to_string(),
     );
     assert!(super::network::bandwidth(&bad).is_none());
+}
+
+/// Issue 28: a DEL handed over by a failed RunPodSandbox is retried in the background (the
+/// ordinary DEL leaves it alone meanwhile) until it succeeds; a restart resumes it.
+#[tokio::test(start_paused = true)]
+async fn a_handed_over_del_is_retried_in_the_background_until_it_succeeds() {
+    use std::time::Duration;
+    let fx = fixture();
+    let id = sandbox(&fx, "web", NamespaceMode::Pod, true).await;
+    let entry = fx.rt.sandbox(&id).expect("entry");
+    fx.net.fail_detach(Some("plugin exploded"));
+    let why = fx.rt.detach_network(&entry).await.expect_err("DEL fails");
+    fx.rt
+        .hand_over_detach(&entry, &why)
+        .await
+        .expect("handed over");
+    assert!(fx.net.calls().contains(&Call::Defer(id.clone())));
+    fx.rt
+        .detach_network(&entry)
+        .await
+        .expect("left to the retry");
+    let before = detaches(&fx.net, &id);
+    // Tries at 1, 3 and 7 s, all failing.
+    tokio::time::sleep(Duration::from_millis(7500)).await;
+    assert_eq!(detaches(&fx.net, &id) - before, 3, "{:?}", fx.net.calls());
+    assert_eq!(fx.net.deferred().len(), 1);
+    fx.net.fail_detach(None);
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(fx.net.deferred().is_empty(), "{:?}", fx.net.calls());
+    assert!(fx.net.attached().is_empty(), "the address is back");
+
+    // What a restart finds handed over is tried again at once.
+    let pod = super::network::pod_network(&id, entry.meta());
+    fx.net.defer_detach(&pod).await.expect("deferred");
+    fx.rt.resume_deferred_detaches();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(fx.net.deferred().is_empty(), "{:?}", fx.net.calls());
 }

@@ -47,28 +47,22 @@ impl Runtime {
         // Held while setting up, so a concurrent Stop/Remove waits for a consistent sandbox.
         let lock = self.sandbox_lock(&id);
         let guard = lock.write().await;
-        crate::failpoint!("sandbox.run.recorded");
-        if let Err(e) = self.set_up_sandbox(&entry).await {
+        let made = async {
+            crate::failpoint_check!("sandbox.run.recorded")?;
+            self.set_up_sandbox(&entry).await?;
+            crate::failpoint_check!("sandbox.run.ready")
+        }
+        .await;
+        if let Err(e) = made {
             let e = e.context(format!("sandbox {id} ({})", entry.meta().request.pod.key()));
-            // Undo in reverse: network (DEL, while the netns still exists), then namespaces,
-            // files and the record.
-            if let Err(de) = self.detach_network(&entry).await {
-                // Keep the sandbox (NOTREADY) and its netns: Stop/RemovePodSandbox retry DEL.
-                let msg = format!("{e}; and the network teardown failed: {de}");
-                let _ = entry.update(|s| {
-                    s.message = msg.clone();
-                    s.stop(now_ns())
-                });
-                return Err(Error::new(e.kind(), msg));
-            }
-            let _ = self.tear_down_sandbox(&id);
-            let _ = self.state.sandboxes.remove(&id);
-            let _ = std::fs::remove_dir_all(&dir);
+            let e = match self.undo_sandbox(&entry).await {
+                Ok(()) => e,
+                Err(kept) => Error::new(e.kind(), format!("{e}; {kept}")),
+            };
             drop(guard);
             self.drop_sandbox_lock(&id);
             return Err(e);
         }
-        crate::failpoint!("sandbox.run.ready");
         tracing::info!(sandbox = %id, pod = %entry.meta().request.pod.key(), "sandbox ready");
         self.emit(EventKind::Created, &id, &id);
         self.emit(EventKind::Started, &id, &id);
@@ -84,14 +78,14 @@ impl Runtime {
         let pid = tokio::task::spawn_blocking(move || rt.create_namespaces(&sid))
             .await
             .map_err(|e| Error::internal(format!("sandbox set-up task: {e}")))??;
-        crate::failpoint!("sandbox.run.namespaces");
+        crate::failpoint_check!("sandbox.run.namespaces")?;
         let ips = self.attach_network(&id, meta).await?;
-        crate::failpoint!("sandbox.run.network");
+        crate::failpoint_check!("sandbox.run.network")?;
         let (rt, sid, pod_ips) = (self.clone(), id.clone(), ips.clone());
         tokio::task::spawn_blocking(move || rt.write_pod_files(&sid, &pod_ips))
             .await
             .map_err(|e| Error::internal(format!("sandbox set-up task: {e}")))??;
-        crate::failpoint!("sandbox.run.files");
+        crate::failpoint_check!("sandbox.run.files")?;
         let attached = super::network::own_network(meta);
         entry.update(|s| {
             s.ready(now_ns(), pid)?;
@@ -166,6 +160,51 @@ impl Runtime {
         if dir.exists() {
             PodFiles::remove(&dir)?;
         }
+        Ok(())
+    }
+
+    /// Undoes a RunPodSandbox that failed at any step (DESIGN rule 8): CNI DEL while the netns
+    /// still exists, then the namespaces and pod files, the sandbox's directories and record,
+    /// and with the record its name. A DEL that fails is handed to a background retry that
+    /// survives restarts, with the netns pinned for it (a sandbox nobody asked for must not
+    /// hold the pod's name, issue 28). Err only in the last resort, when even that hand-over
+    /// failed: the sandbox is then kept NOTREADY, for Stop/RemovePodSandbox to retry the DEL.
+    async fn undo_sandbox(self: &Arc<Self>, entry: &SandboxEntry) -> Result<()> {
+        let id = entry.id().to_string();
+        if let Err(de) = self.detach_network(entry).await {
+            if let Err(he) = self.hand_over_detach(entry, &de).await {
+                let msg = format!(
+                    "the network teardown failed ({de}) and could not be left to a background \
+                     retry ({he}): the sandbox is kept NOTREADY for Stop/RemovePodSandbox to \
+                     retry it"
+                );
+                tracing::error!(sandbox = %id, "{msg}");
+                let _ = entry.update(|s| {
+                    s.message = msg.clone();
+                    s.stop(now_ns())
+                });
+                return Err(Error::new(de.kind(), msg));
+            }
+        }
+        let rt = self.clone();
+        let sid = id.clone();
+        let torn = tokio::task::spawn_blocking(move || rt.tear_down_sandbox(&sid)).await;
+        match torn {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(sandbox = %id, "undo: {e}"),
+            Err(e) => tracing::warn!(sandbox = %id, "undo task: {e}"),
+        }
+        // What is left of the pod files (a mount the tear-down could not detach included) goes
+        // with the trash, which detaches every mount below an entry before deleting it.
+        let dir = self.layout.sandbox_dir(&id);
+        if let Err(e) = self.trash.put(super::state::trash::Bin::Volatile, &dir) {
+            tracing::warn!(sandbox = %id, "undo: {e}");
+        }
+        if let Err(e) = self.state.sandboxes.remove(&id) {
+            tracing::warn!(sandbox = %id, "undo: {e}");
+        }
+        let pod = entry.meta().request.pod.key();
+        tracing::info!(sandbox = %id, pod = %pod, "undone: nothing is left of the failed sandbox");
         Ok(())
     }
 

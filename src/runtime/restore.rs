@@ -182,6 +182,8 @@ impl Runtime {
             }
         }
         self.reconcile_network().await;
+        // DELs a failed RunPodSandbox left to a background retry (their sandboxes are gone).
+        self.resume_deferred_detaches();
         self.release_orphan_leases();
         tracing::info!(
             sandboxes = self.state.sandboxes.len(),

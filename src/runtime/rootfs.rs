@@ -70,8 +70,8 @@ pub fn mount_idmapped(
         staged.push(at);
     }
     if result.is_ok() {
-        crate::failpoint!("container.rootfs.staged");
-        result = mount_overlay(&staged, rw, target);
+        result = crate::failpoint_check!("container.rootfs.staged")
+            .and_then(|()| mount_overlay(&staged, rw, target));
     }
     // The overlay holds private clones of its layers: the staged ones can go now.
     for at in &staged {

@@ -77,7 +77,9 @@ impl Runtime {
             ms = t.elapsed().as_millis() as u64,
             "node features probed"
         );
-        let network = Cni::new(config.network.clone(), config.root.join("network"))?;
+        let network = Cni::new(config.network.clone(), config.root.join("network"))?
+            .with_socket(&config.socket);
+        network.claim_embedded()?;
         let warmer = Warmer::detect(Path::new("/sys/fs/cgroup"));
         let rt = Self::with_network(
             config,

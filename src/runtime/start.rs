@@ -28,6 +28,13 @@ impl Runtime {
         let _pod = pod_lock.read().await;
         let handle = self.handle(&id);
         let _life = handle.lifecycle.lock().await;
+        // A RemoveContainer that held the lock first has removed it: nothing may be started
+        // for a container no list shows any more (issue 28).
+        if self.state.containers.get(&id).is_err() {
+            return Err(Error::not_found(format!(
+                "container {id}: start: removed while the start waited"
+            )));
+        }
         let st = entry.status();
         if st.state() != ContainerState::Created || st.removing {
             return Err(Error::precondition(format!(

@@ -4,7 +4,7 @@
 //! limits the kernel takes).
 //!
 //! CI runs the default 256 cases per property (seconds). A longer run:
-//! `PROPTEST_CASES=200000 cargo test --lib validate_fuzz` (see the README).
+//! `PROPTEST_CASES=200000 cargo test --lib validate_fuzz` (see docs/testing.md).
 
 use std::path::{Component, Path};
 

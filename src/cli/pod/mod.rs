@@ -127,21 +127,37 @@ pub enum ConditionCommand {
     },
 }
 
-/// Runs a pod subcommand against the daemon at `socket`.
+/// Runs a pod subcommand against the daemon at `socket`. What can be checked here (the
+/// manifests `-f` names, flags, a condition, a selector) is checked before the daemon is
+/// dialled, so a typo is reported as such and not as a daemon that cannot be reached.
 pub async fn run(socket: PathBuf, cmd: PodCommand) -> anyhow::Result<()> {
-    let mut c = PodsClient::new(connect(&socket).await?);
     match cmd {
-        PodCommand::Apply { files } => apply(&mut c, &files).await,
-        PodCommand::Get(a) => table::get(&mut c, a).await,
+        PodCommand::Apply { files } => {
+            let mut texts = Vec::new();
+            for f in &files {
+                texts.extend(manifests(f)?);
+            }
+            apply(&mut pods(&socket).await?, texts).await
+        }
+        PodCommand::Get(a) => {
+            table::selector(a.selector.as_deref())?;
+            table::get(&mut pods(&socket).await?, a).await
+        }
         PodCommand::Describe { name, ns } => {
-            let v = get_view(&mut c, &ns.namespace, &name).await?;
+            let v = get_view(&mut pods(&socket).await?, &ns.namespace, &name).await?;
             let text = describe::describe(&v, now_ns())?;
             std::io::stdout().write_all(text.as_bytes())?;
             Ok(())
         }
-        PodCommand::Logs(a) => logs::logs(&mut c, a).await,
-        PodCommand::Delete(a) => delete(&mut c, a).await,
+        PodCommand::Logs(a) => logs::logs(&mut pods(&socket).await?, a).await,
+        PodCommand::Delete(a) => {
+            if a.force && a.grace_period != Some(0) {
+                bail!("--force needs --grace-period 0 (bosun pod delete NAME --grace-period 0 --force)");
+            }
+            delete(&mut pods(&socket).await?, a).await
+        }
         PodCommand::Events { name, ns } => {
+            let mut c = pods(&socket).await?;
             let views = match name {
                 Some(n) => vec![get_view(&mut c, &ns.namespace, &n).await?],
                 None => {
@@ -165,21 +181,39 @@ pub async fn run(socket: PathBuf, cmd: PodCommand) -> anyhow::Result<()> {
             reason,
             message,
         }) => {
-            let (kind, status) = condition
-                .split_once('=')
-                .with_context(|| format!("condition {condition:?}: want TYPE=True|False"))?;
-            c.set_condition(api::SetPodConditionRequest {
-                namespace: ns.namespace,
-                name: name.clone(),
-                r#type: kind.to_string(),
-                status: status.to_string(),
-                reason,
-                message,
-            })
-            .await?;
+            let (kind, status) = condition_pair(&condition)?;
+            pods(&socket)
+                .await?
+                .set_condition(api::SetPodConditionRequest {
+                    namespace: ns.namespace,
+                    name: name.clone(),
+                    r#type: kind.to_string(),
+                    status: status.to_string(),
+                    reason,
+                    message,
+                })
+                .await?;
             writeln!(std::io::stdout(), "pod/{name} condition {kind}={status}")?;
             Ok(())
         }
+    }
+}
+
+/// A client of the daemon's Pods service at `socket`.
+async fn pods(socket: &Path) -> anyhow::Result<PodsClient<tonic::transport::Channel>> {
+    Ok(PodsClient::new(connect(socket).await?))
+}
+
+/// `TYPE=True|False` taken apart.
+fn condition_pair(condition: &str) -> anyhow::Result<(&str, &str)> {
+    match condition.split_once('=') {
+        Some((kind, status)) if !kind.is_empty() && ["True", "False"].contains(&status) => {
+            Ok((kind, status))
+        }
+        _ => bail!(
+            "condition {condition:?}: want TYPE=True or TYPE=False (e.g. bosun pod condition set \
+             NAME example.com/ready=True)"
+        ),
     }
 }
 
@@ -208,7 +242,10 @@ pub async fn get_view(
     {
         Ok(r) => Ok(r.into_inner()),
         Err(s) if s.code() == tonic::Code::NotFound => {
-            bail!("pods {name:?} not found in namespace {namespace:?}")
+            bail!(
+                "pods {name:?} not found in namespace {namespace:?} (bosun pod get -A lists \
+                 every pod; -n NAMESPACE picks another namespace)"
+            )
         }
         Err(s) => Err(s.into()),
     }
@@ -223,7 +260,7 @@ fn manifests(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
     }
     if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .with_context(|| format!("read {}", path.display()))?
+            .with_context(|| format!("read manifest directory {}", path.display()))?
             .flatten()
             .map(|e| e.path())
             .filter(|p| {
@@ -238,17 +275,23 @@ fn manifests(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
 }
 
 fn read(p: &Path) -> anyhow::Result<(String, String)> {
-    let text = std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?;
-    Ok((p.display().to_string(), text))
+    match std::fs::read_to_string(p) {
+        Ok(text) => Ok((p.display().to_string(), text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "manifest {}: no such file (-f takes a Pod manifest file, a directory of them, or - \
+             for stdin)",
+            p.display()
+        ),
+        Err(e) => Err(e).with_context(|| format!("read manifest {}", p.display())),
+    }
 }
 
 async fn apply(
     c: &mut PodsClient<tonic::transport::Channel>,
-    files: &[PathBuf],
+    texts: Vec<(String, String)>,
 ) -> anyhow::Result<()> {
-    let mut texts = Vec::new();
-    for f in files {
-        texts.extend(manifests(f)?);
+    if texts.is_empty() {
+        bail!("no manifest to apply (a directory gives its .yaml, .yml and .json files)");
     }
     let mut failed = 0;
     for (source, text) in texts {
@@ -280,7 +323,10 @@ async fn apply(
         }
     }
     if failed > 0 {
-        bail!("{failed} manifest(s) were not applied");
+        bail!(
+            "{failed} manifest(s) were not applied: fix what the errors above name and apply \
+             again"
+        );
     }
     Ok(())
 }
@@ -289,9 +335,6 @@ async fn delete(
     c: &mut PodsClient<tonic::transport::Channel>,
     a: DeleteArgs,
 ) -> anyhow::Result<()> {
-    if a.force && a.grace_period != Some(0) {
-        bail!("--force needs --grace-period 0");
-    }
     for name in &a.names {
         c.delete(api::DeletePodRequest {
             namespace: a.ns.namespace.clone(),

@@ -272,7 +272,7 @@ fn align_to(cells: &[Vec<String>], widths: &mut Vec<usize>) -> String {
     out
 }
 
-fn selector(s: Option<&str>) -> anyhow::Result<HashMap<String, String>> {
+pub(super) fn selector(s: Option<&str>) -> anyhow::Result<HashMap<String, String>> {
     let mut m = HashMap::new();
     for part in s.unwrap_or_default().split(',').filter(|p| !p.is_empty()) {
         let (k, v) = part

@@ -8,6 +8,7 @@
 //! The table itself is built once per network (atomically, in one nf_tables transaction), checked
 //! at every attach and rebuilt from the pods' elements when it was changed behind bosun's back.
 
+pub mod claim;
 mod ipam;
 mod link;
 mod netlink;
@@ -18,11 +19,14 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::network::{Attachment, NetworkStatus, PodNetwork, POD_IFNAME, REASON_NOT_READY};
 
+use claim::Claim;
+pub use claim::{Owner, CLAIMS_DIR};
 use ipam::Leases;
 use netlink::{Family, Socket};
 pub use plan::Plan;
@@ -39,6 +43,8 @@ pub fn veth_name(id: &str) -> String {
 
 /// What the network holds while the daemon runs.
 struct State {
+    /// This daemon's registration of the network on the host (see [`claim`]).
+    claim: Claim,
     leases: Leases,
     /// The hostPort elements each sandbox holds in the table.
     pods: BTreeMap<String, Vec<nft::Element>>,
@@ -49,6 +55,10 @@ struct State {
 }
 
 struct Inner {
+    /// The daemon the network belongs to.
+    owner: Owner,
+    /// The host's registry of embedded networks ([`CLAIMS_DIR`]).
+    claims_dir: PathBuf,
     state: Mutex<Option<State>>,
     /// Why the last table build failed (NetworkReady false until one succeeds).
     failure: Mutex<Option<String>>,
@@ -62,7 +72,7 @@ pub struct Native {
 
 impl Default for Native {
     fn default() -> Self {
-        Native::new()
+        Native::new(Owner::default(), PathBuf::from(CLAIMS_DIR))
     }
 }
 
@@ -95,10 +105,13 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 }
 
 impl Native {
-    /// The embedded network; nothing is touched until it is used.
-    pub fn new() -> Native {
+    /// The embedded network of daemon `owner`, registered in `claims_dir` once used; nothing
+    /// is touched until it is used.
+    pub fn new(owner: Owner, claims_dir: PathBuf) -> Native {
         Native {
             inner: Arc::new(Inner {
+                owner,
+                claims_dir,
                 state: Mutex::new(None),
                 failure: Mutex::new(None),
             }),
@@ -108,7 +121,7 @@ impl Native {
     /// NetworkReady for `plan`.
     pub fn status(&self, plan: &Plan) -> NetworkStatus {
         let problem = match self.inner.state.try_lock() {
-            Ok(mut st) if st.is_none() => open(plan).map(|s| *st = Some(s)).err(),
+            Ok(mut st) => self.inner.state(&mut st, plan).err(),
             _ => None,
         }
         .map(|e| e.message().to_string())
@@ -127,6 +140,14 @@ impl Native {
                 message: format!("network {:?}: {m}", plan.name),
             },
         }
+    }
+
+    /// Opens the network's state for `plan` now (at start, when it is the active network): a
+    /// clash with another daemon's network is an error then, not at the first pod.
+    pub fn open_now(&self, plan: &Plan) -> Result<()> {
+        self.inner
+            .state(&mut lock(&self.inner.state), plan)
+            .map(drop)
     }
 
     /// Attaches `pod`: lease, veth pair, addresses and routes, hostPort elements. On error the
@@ -153,7 +174,10 @@ impl Native {
         let id = id.to_string();
         blocking(move || {
             let mut guard = lock(&inner.state);
-            let st = state(&mut guard, &plan)?;
+            if !inner.open_if_ours(&mut guard, &plan)? {
+                return Err(Error::not_found(format!("sandbox {id}: not attached")));
+            }
+            let st = inner.state(&mut guard, &plan)?;
             if st.leases.get(&id).is_none() {
                 return Err(Error::not_found(format!("sandbox {id}: not attached")));
             }
@@ -178,26 +202,66 @@ impl Native {
     }
 }
 
-/// Opens the lease journal of `plan`'s network.
-fn open(plan: &Plan) -> Result<State> {
-    Ok(State {
-        leases: Leases::open(&plan.lease_dir)?,
-        pods: BTreeMap::new(),
-        built: None,
-        bridge: None,
-    })
-}
-
-fn state<'a>(guard: &'a mut Option<State>, plan: &Plan) -> Result<&'a mut State> {
-    if guard.is_none() {
-        *guard = Some(open(plan)?);
-    }
-    guard
-        .as_mut()
-        .ok_or_else(|| Error::internal("lease state not open"))
-}
-
 impl Inner {
+    /// Registers `plan`'s network for this daemon, then opens its lease journal (refused when
+    /// another daemon's network shares a piece of it, see [`claim`]).
+    fn open(&self, plan: &Plan) -> Result<State> {
+        let claim = Claim::take(&self.claims_dir, &self.owner, plan)?;
+        claim::check_owner(&plan.lease_dir, &self.owner)?;
+        let leases = Leases::open(&plan.lease_dir)?;
+        claim::own(&plan.lease_dir, &self.owner)?;
+        Ok(State {
+            claim,
+            leases,
+            pods: BTreeMap::new(),
+            built: None,
+            bridge: None,
+        })
+    }
+
+    /// The state, opened when it is not, its claim following `plan` (a pod CIDR may change
+    /// the subnets).
+    fn state<'a>(&self, guard: &'a mut Option<State>, plan: &Plan) -> Result<&'a mut State> {
+        if guard.is_none() {
+            *guard = Some(self.open(plan)?);
+        }
+        let st = guard
+            .as_mut()
+            .ok_or_else(|| Error::internal("lease state not open"))?;
+        if !st.claim.covers(&self.owner, plan) {
+            st.claim.update(&self.claims_dir, &self.owner, plan)?;
+        }
+        Ok(st)
+    }
+
+    /// The state for a teardown or recovery that may find nothing of this daemon's to undo:
+    /// false when there is no journal, or it belongs to another daemon (one that owns it, or
+    /// runs on a network that shares a piece of this one): nothing of ours can be in it, and
+    /// tearing down a pod that never used the embedded network needs no lock of it (issue 28).
+    fn open_if_ours(&self, guard: &mut Option<State>, plan: &Plan) -> Result<bool> {
+        if guard.is_some() {
+            return Ok(true);
+        }
+        if !plan.lease_dir.join(ipam::LEASES).exists() {
+            return Ok(false);
+        }
+        if let Some(root) = claim::foreign_owner(&plan.lease_dir, &self.owner) {
+            tracing::debug!(owner = %root.display(), "embedded network: another daemon's lease journal; nothing of ours");
+            return Ok(false);
+        }
+        match self.open(plan) {
+            Ok(st) => {
+                *guard = Some(st);
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::FailedPrecondition => {
+                tracing::debug!("embedded network: not this daemon's: {e}");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn attach(
         &self,
         pod: &PodNetwork,
@@ -216,11 +280,11 @@ impl Inner {
             File::open(&pod.netns).map_err(fail(&format!("open {}", pod.netns.display())))?;
         let (ips, pending) = {
             let mut guard = lock(&self.state);
-            let st = state(&mut guard, plan)?;
+            let st = self.state(&mut guard, plan)?;
             st.leases.allocate(id, &plan.subnets)?
         };
         pending.sync()?;
-        crate::failpoint!("net.attach.leased");
+        crate::failpoint_check!("net.attach.leased")?;
         let bridge = self.bridge(&mut route, plan)?;
         let veth = veth_name(id);
         let make = |route: &mut Socket| {
@@ -241,16 +305,16 @@ impl Inner {
             r => r,
         }
         .map_err(fail(&format!("create veth {veth}")))?;
-        crate::failpoint!("net.attach.veth");
+        crate::failpoint_check!("net.attach.veth")?;
         let host = link::index(&mut route, &veth)
             .map_err(fail("veth"))?
             .ok_or_else(|| Error::internal(format!("sandbox {id}: veth {veth} vanished")))?;
         link::set_hairpin(&mut route, host).map_err(fail("hairpin"))?;
         self.configure_pod(&netns, &ips, plan)
             .map_err(|e| e.context(format!("sandbox {id}: pod network: in its netns")))?;
-        crate::failpoint!("net.attach.configured");
+        crate::failpoint_check!("net.attach.configured")?;
         self.add_elements(&mut filter, id, &ips, mappings, plan)?;
-        crate::failpoint!("net.attach.done");
+        crate::failpoint_check!("net.attach.done")?;
         Ok(ips)
     }
 
@@ -313,7 +377,7 @@ impl Inner {
         plan: &Plan,
     ) -> Result<()> {
         let mut guard = lock(&self.state);
-        let st = state(&mut guard, plan)?;
+        let st = self.state(&mut guard, plan)?;
         self.ensure_table(sock, st, plan)?;
         let elements = plan::elements(mappings, ips);
         if elements.is_empty() {
@@ -389,15 +453,12 @@ impl Inner {
             move |e: io::Error| Error::internal(format!("{what}: {e}"))
         };
         let mut guard = lock(&self.state);
-        if guard.is_none() {
-            match plan {
-                // Nothing was ever leased here: nothing to undo.
-                Some(p) if p.lease_dir.join(ipam::LEASES).exists() => {}
-                _ => return Ok(()),
-            }
-        }
         let Some(plan) = plan else { return Ok(()) };
-        let st = state(&mut guard, plan)?;
+        // Nothing was ever leased here by this daemon: nothing to undo.
+        if !self.open_if_ours(&mut guard, plan)? {
+            return Ok(());
+        }
+        let st = self.state(&mut guard, plan)?;
         if st.leases.get(id).is_none() && !st.pods.contains_key(id) {
             return Ok(());
         }
@@ -421,10 +482,10 @@ impl Inner {
     fn reconcile(&self, attached: &[PodNetwork], plan: Option<&Plan>) -> Result<()> {
         let Some(plan) = plan else { return Ok(()) };
         let mut guard = lock(&self.state);
-        if guard.is_none() && !plan.active && !plan.lease_dir.join(ipam::LEASES).exists() {
+        if !plan.active && !self.open_if_ours(&mut guard, plan)? {
             return Ok(());
         }
-        let st = state(&mut guard, plan)?;
+        let st = self.state(&mut guard, plan)?;
         let live: BTreeMap<&str, &PodNetwork> =
             attached.iter().map(|p| (p.id.as_str(), p)).collect();
         let mut route = Socket::open(Family::Route).map_err(os("netlink"))?;

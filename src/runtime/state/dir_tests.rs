@@ -323,6 +323,33 @@ fn list_thousand_containers() {
 }
 
 #[test]
+fn a_name_clash_at_recovery_still_lists_and_removes_both() {
+    // Two records of one name (a removal a power cut undid): both exist, both are listed.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sd = Dir::open(tmp.path()).expect("open");
+    let twins: Vec<String> = (0..2).map(|_| super::id::new_id()).collect();
+    for id in &twins {
+        fs::create_dir_all(tmp.path().join(CONTAINERS_DIR).join(id)).expect("mkdir");
+    }
+    let loaded = |id: &str| Loaded {
+        id: id.to_string(),
+        meta: meta("twin", &[], Some("p")),
+        status: ContainerStatus::created(1),
+    };
+    sd.containers.adopt(loaded(&twins[0])).expect("first");
+    let e = sd.containers.adopt(loaded(&twins[1])).expect_err("clash");
+    let mut want = twins.clone();
+    want.sort();
+    assert_eq!(ids(&sd.containers.list(&Filter::default())), want, "{e}");
+    assert!(e.to_string().contains("listed all the same"), "{e}");
+    for id in &twins {
+        assert!(sd.containers.remove(id).expect("remove"));
+    }
+    assert!(sd.containers.is_empty());
+    sd.containers.reserve("twin").expect("the name is free");
+}
+
+#[test]
 fn concurrent_updates_serialise_versions() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sd = Dir::open(tmp.path()).expect("open");

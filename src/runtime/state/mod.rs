@@ -1,6 +1,6 @@
 //! State on disk, the truth after a crash: object records, their in-memory index, recovery.
 
-// What this room assumes (DESIGN rules 6-8, README "Layout"):
+// What this room assumes (DESIGN rules 6-8, docs/architecture.md "State on disk"):
 //
 // On disk, under <root>, durable: {sandboxes,containers}/<id>/meta.json, immutable and written
 // first (a directory without one never finished its creation), and status.json, replaced whole

@@ -221,7 +221,7 @@ impl<M: Meta, S: Status> Table<M, S> {
             .map_err(Error::from)
             .and_then(|bytes| write_synced(&dir.join(META_FILE), &bytes))
             .and_then(|()| {
-                crate::failpoint!(format!("{}.create.meta-written", self.kind));
+                crate::failpoint_check!(format!("{}.create.meta-written", self.kind))?;
                 write_json_nosync(&dir.join(STATUS_FILE), &status)
             })
             .and_then(|()| sync_dir(&dir))
@@ -243,11 +243,18 @@ impl<M: Meta, S: Status> Table<M, S> {
         Ok(entry)
     }
 
-    /// Indexes a recovered object and re-claims its name.
+    /// Indexes a recovered object and re-claims its name. An object whose name another one
+    /// recovered first holds (two records of one name: a removal a power cut undid) is
+    /// indexed all the same, so it is listed and can be removed (issue 28: a list never
+    /// misses an object that exists); the error says so, for the log.
     pub fn adopt(&self, loaded: Loaded<M, S>) -> Result<()> {
         let name = loaded.meta.name_key();
-        reserve::claim(&self.names, self.kind, &name, &loaded.id)
-            .map_err(|e| e.context(format!("{} {}: recover", self.kind, loaded.id)))?;
+        let claimed = reserve::claim(&self.names, self.kind, &name, &loaded.id).map_err(|e| {
+            e.context(format!(
+                "{} {}: recover (listed all the same; the name stays with the other)",
+                self.kind, loaded.id
+            ))
+        });
         let entry = Arc::new(Entry {
             dir: self.dir.join(&loaded.id),
             id: loaded.id.clone(),
@@ -257,7 +264,7 @@ impl<M: Meta, S: Status> Table<M, S> {
             behind: AtomicBool::new(false),
         });
         lock(&self.index).insert(loaded.id, entry);
-        Ok(())
+        claimed
     }
 
     /// The object with exactly this id, or NotFound.
