@@ -16,14 +16,12 @@ macro_rules! trials {
 }
 
 mod cgroups;
-mod cli_errors;
+mod cli;
 mod crash;
 mod cri;
 mod daemon;
 mod disk;
-mod faults_daemons;
-mod faults_lists;
-mod faults_undo;
+mod faults;
 mod images;
 mod images_hostile;
 mod kubectl;
@@ -38,15 +36,13 @@ mod systemd;
 
 trials! {
     cgroups,
-    cli_errors,
+    cli,
     cri,
     sessions,
     crash,
     daemon,
     disk,
-    faults_undo,
-    faults_daemons,
-    faults_lists,
+    faults,
     images,
     images_hostile,
     kubectl,
