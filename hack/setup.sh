@@ -25,6 +25,7 @@ PACKAGES=(
   openssl         # throwaway CA for the TLS registry test
   python3-venv    # the venv for grpcio (a grpc-core client in the hostile-input tests)
   mmdebstrap      # the VM lane's guest image (hack/vm/image.sh)
+  skopeo          # archives as skopeo writes them, for the ctr import tests
 )
 # The VM lane boots its guest with qemu (TCG: no KVM needed). qemu-system-x86 must come from the
 # suite qemu-utils came from, if it is installed (bookworm-backports on some machines).

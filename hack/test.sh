@@ -18,6 +18,9 @@ VM_SUBSET=(
   cri::recovery::kill9_and_restart
   pod::termination::daemon_kill9_mid_life
   pod::node::qos
+  faults::run_pod_sandbox_fails_cleanly_at_every_step
+  faults::create_container_fails_cleanly_at_every_step
+  faults::a_daemon_
 )
 
 echo "== cargo fmt --check"
@@ -33,7 +36,8 @@ status=${PIPESTATUS[0]}
 # restart, crash: containers re-adopted), cgroup placement and cgroup.kill, v2 stats, OOM and
 # live resource updates, a pod lifecycle with networking, kill -9 recovery with the leak check,
 # supervised pods and their QoS cgroups (kubepods, burstable, besteffort: directories or
-# slices). The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (docs/testing.md).
+# slices), a RunPodSandbox/CreateContainer failing at each step leaving nothing, and two
+# daemons on one host. The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (docs/testing.md).
 echo "== VM lane (cgroup v2 + systemd)"
 if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null; then
   hack/vm/run.sh -- hack/vm/suite.sh "${VM_SUBSET[@]}" 2>&1 | tee -a target/test.log

@@ -15,10 +15,12 @@ macro_rules! trials {
     };
 }
 
+mod certs_d;
 mod cgroups;
 mod cli;
 mod crash;
 mod cri;
+mod ctr;
 mod daemon;
 mod disk;
 mod faults;
@@ -36,10 +38,12 @@ mod systemd;
 
 trials! {
     cgroups,
+    certs_d,
     cli,
     cri,
     sessions,
     crash,
+    ctr,
     daemon,
     disk,
     faults,

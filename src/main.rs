@@ -23,7 +23,15 @@ fn main() -> std::process::ExitCode {
         )),
         _ => {}
     }
+    // containerd's CLI, when this binary is called `ctr` (a link kind's and CI's scripts find).
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    if std::path::Path::new(&argv0).file_name() == Some(std::ffi::OsStr::new("ctr")) {
+        std::process::exit(cli::ctr::main(std::env::args_os().skip(1).collect()));
+    }
     let cli = Cli::parse();
+    if let Command::Ctr { args } = cli.command {
+        std::process::exit(cli::ctr::main(args));
+    }
     // systemd's readiness socket, taken out of the environment while this process is still
     // single-threaded (nothing the daemon spawns may inherit it).
     let notifier = match cli.command {
@@ -57,6 +65,8 @@ fn main() -> std::process::ExitCode {
             Command::Exec(args) => cli::stream::exec(socket, args).await,
             Command::Attach(args) => cli::stream::attach(socket, args).await,
             Command::PortForward(args) => cli::stream::port_forward(socket, args).await,
+            // Ran above, before any runtime existed.
+            Command::Ctr { .. } => Ok(()),
         }
     });
     match result {

@@ -375,6 +375,7 @@ impl Daemon {
             path: archive.display().to_string(),
             base_name: base_name.to_string(),
             tags: Vec::new(),
+            ctr: None,
         };
         let mut client = api::images_client::ImagesClient::new(self.channel.clone());
         let t = Instant::now();

@@ -337,6 +337,7 @@ impl Daemon {
                     path: archive.display().to_string(),
                     base_name: base_name.to_string(),
                     tags: Vec::new(),
+                    ctr: None,
                 };
                 api::images_client::ImagesClient::new(self.channel.clone())
                     .import(req)

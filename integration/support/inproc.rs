@@ -45,10 +45,10 @@ impl InProc {
         let config = Arc::new(Config::parse(&toml)?);
         let images = Images::open(&config)?;
         let archive = images_dir().join("busybox.oci.tar");
-        bosun::image::import::import(
+        bosun::image::import::import_file(
             &images,
             &archive,
-            bosun::image::import::ImportOptions {
+            bosun::image::import::Naming::Bosun {
                 base_name: None,
                 tags: vec![BUSYBOX.to_string()],
             },

@@ -3,6 +3,7 @@
 pub mod cgroup;
 pub mod crash;
 pub mod cri;
+pub mod ctr;
 pub mod daemon;
 pub mod disk;
 pub mod fault_proxy;
@@ -49,6 +50,10 @@ pub enum Need {
     Cni,
     /// `kubectl` in PATH (client-go's SPDY and WebSocket clients).
     Kubectl,
+    /// cri-tools' `crictl` (`../shared/bin` from the repository root, or PATH); see [`crictl_bin`].
+    Crictl,
+    /// Debian's skopeo (archives as it writes them).
+    Skopeo,
     /// Python grpcio (a grpc-core client) in the venv hack/setup.sh makes; see [`grpcio_python`].
     GrpcIo,
     /// User namespaces whose ID-mapped mounts work on /var/tmp (where test daemons keep their
@@ -154,6 +159,12 @@ fn unmet(need: Need) -> Option<String> {
         Need::Kubectl if kubectl_bin().is_none() => {
             Some("needs kubectl in PATH (client-go's streaming clients)".into())
         }
+        Need::Crictl if crictl_bin().is_none() => Some(
+            "needs crictl in ../shared/bin (from the repository root) or PATH".into(),
+        ),
+        Need::Skopeo if bosun::oci::host::find_in_path("skopeo").is_none() => {
+            Some("needs skopeo in PATH (apt-get install skopeo)".into())
+        }
         Need::GrpcIo if !grpcio_python().is_file() => Some(format!(
             "needs Python grpcio at {} (run hack/setup.sh)",
             grpcio_python().display()
@@ -197,6 +208,13 @@ pub fn grpcio_python() -> PathBuf {
     std::env::var_os("BOSUN_GRPCIO_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target/grpcio-venv/bin/python"))
+}
+
+/// cri-tools' `crictl`: `../shared/bin/crictl` from the repository root, else in PATH.
+pub fn crictl_bin() -> Option<PathBuf> {
+    Some(repo_root().join("../shared/bin/crictl"))
+        .filter(|p| p.is_file())
+        .or_else(|| bosun::oci::host::find_in_path("crictl"))
 }
 
 /// `kubectl` in PATH.

@@ -19,6 +19,7 @@ pub struct Registry {
     child: Child,
     port: u16,
     auth: bool,
+    tls: bool,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -85,6 +86,7 @@ impl Registry {
             child,
             port,
             auth,
+            tls,
         };
         if !wait_until(15, || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -104,7 +106,8 @@ impl Registry {
         format!("{}/bosun/{name}:latest", self.host())
     }
 
-    /// Pushes test images (all when `only` is empty) with hack/testimages.py.
+    /// Pushes test images (all when `only` is empty) with hack/testimages.py (over HTTPS
+    /// trusting [`Registry::ca_file`] for a TLS registry).
     pub fn push(&self, only: &[&str]) -> anyhow::Result<()> {
         let mut cmd = Command::new("python3");
         cmd.arg(repo_root().join("hack/testimages.py"))
@@ -116,6 +119,9 @@ impl Registry {
         }
         if self.auth {
             cmd.args(["--user", USER.0, "--password", USER.1]);
+        }
+        if self.tls {
+            cmd.arg("--tls-ca").arg(self.ca_file());
         }
         let out = cmd.output().context("run hack/testimages.py push")?;
         if !out.status.success() {

@@ -1,18 +1,20 @@
-//! bosun.v1.Images: archive import and pulls that stream progress to the CLI.
+//! bosun.v1.Images: archive import, pulls that stream progress to the CLI, and the name-level operations of `ctr images` (list, tag, remove a name).
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
+use super::import;
 use crate::cri::errors::{reply, to_status};
 use crate::error::Error;
-use crate::image::import::{import, ImportOptions};
+use crate::image::import::Imported;
 use crate::image::index::ImageRecord;
 use crate::image::pull::PullEvent;
-use crate::image::registry::Credentials;
+use crate::image::reference::Reference;
+use crate::image::registry::{Credentials, PullHosts};
 use crate::image::service::Images;
 use crate::proto::bosun::v1 as pb;
 use pb::images_server::Images as ImagesApi;
@@ -29,13 +31,53 @@ impl ApiImages {
     }
 }
 
-fn imported(r: &ImageRecord) -> pb::ImportedImage {
-    pb::ImportedImage {
-        id: r.id.to_string(),
-        repo_tags: r.repo_tags.clone(),
-        repo_digests: r.repo_digests.clone(),
-        size: r.size,
+impl ApiImages {
+    /// The wire form of `r`; `new_names`: the names this request gave it.
+    fn imported(&self, r: &ImageRecord, new_names: Vec<String>) -> pb::ImportedImage {
+        let (target, media_type) = self.images.target(r);
+        pb::ImportedImage {
+            id: r.id.to_string(),
+            repo_tags: r.repo_tags.clone(),
+            repo_digests: r.repo_digests.clone(),
+            size: r.size,
+            target_digest: target.to_string(),
+            target_media_type: media_type,
+            platform: format!("{}/{}", r.config.os, r.config.architecture),
+            new_names,
+            chain_id: r
+                .layers
+                .last()
+                .map(|l| l.chain_id.to_string())
+                .unwrap_or_default(),
+        }
     }
+
+    fn import_response(&self, imported: Vec<Imported>) -> pb::ImportResponse {
+        pb::ImportResponse {
+            images: imported
+                .into_iter()
+                .map(|i| self.imported(&i.record, i.names))
+                .collect(),
+        }
+    }
+}
+
+/// A pull's registry settings from the request (empty paths: unset).
+fn pull_hosts(h: Option<pb::PullHosts>) -> PullHosts {
+    let h = h.unwrap_or_default();
+    let path = |s: String| Some(PathBuf::from(s)).filter(|p| !p.as_os_str().is_empty());
+    PullHosts {
+        plain_http: h.plain_http,
+        skip_verify: h.skip_verify,
+        hosts_dir: path(h.hosts_dir),
+        ca_file: path(h.ca_file),
+        client_cert: path(h.client_cert).map(|c| (c, path(h.client_key))),
+    }
+}
+
+/// An image reference from a request field; the error names the field.
+fn reference(field: &str, s: &str) -> crate::Result<Reference> {
+    Reference::parse(s).map_err(|e| e.context(field))
 }
 
 fn progress(ev: PullEvent) -> pb::PullProgress {
@@ -77,27 +119,63 @@ impl ImagesApi for ApiImages {
         &self,
         req: Request<pb::ImportRequest>,
     ) -> Result<Response<pb::ImportResponse>, Status> {
+        let r = import::from_path(&self.images, req.into_inner()).await;
+        reply("Import", r.map(|i| self.import_response(i)))
+    }
+
+    async fn import_stream(
+        &self,
+        req: Request<Streaming<pb::ImportChunk>>,
+    ) -> Result<Response<pb::ImportResponse>, Status> {
+        let r = import::from_stream(&self.images, req.into_inner()).await;
+        reply("ImportStream", r.map(|i| self.import_response(i)))
+    }
+
+    async fn list(
+        &self,
+        _req: Request<pb::ListImagesRequest>,
+    ) -> Result<Response<pb::ListImagesResponse>, Status> {
+        let images = self
+            .images
+            .list()
+            .iter()
+            .map(|r| self.imported(r, Vec::new()))
+            .collect();
+        reply("List", Ok(pb::ListImagesResponse { images }))
+    }
+
+    async fn tag(
+        &self,
+        req: Request<pb::TagRequest>,
+    ) -> Result<Response<pb::ImportedImage>, Status> {
         let req = req.into_inner();
-        let r = async {
-            let path = Path::new(&req.path);
-            if !path.is_absolute() {
-                return Err(Error::invalid(format!(
-                    "import path {:?}: must be absolute",
-                    req.path
-                )));
+        let r = (|| {
+            let targets = req
+                .targets
+                .iter()
+                .map(|t| reference("targets", t))
+                .collect::<crate::Result<Vec<_>>>()?;
+            if targets.is_empty() {
+                return Err(Error::invalid("targets: no name given"));
             }
-            let opts = ImportOptions {
-                base_name: Some(req.base_name).filter(|s| !s.is_empty()),
-                tags: req.tags,
-            };
-            let recs = import(&self.images, path, opts)
-                .await
-                .map_err(|e| e.context(format!("import {}", path.display())))?;
-            Ok(pb::ImportResponse {
-                images: recs.iter().map(|r| imported(r)).collect(),
-            })
-        };
-        reply("Import", r.await)
+            let (rec, given) = self.images.tag(&req.source, &targets, req.force)?;
+            Ok(self.imported(&rec, given))
+        })();
+        reply("Tag", r)
+    }
+
+    async fn untag(
+        &self,
+        req: Request<pb::UntagRequest>,
+    ) -> Result<Response<pb::UntagResponse>, Status> {
+        let req = req.into_inner();
+        let r = reference("name", &req.name)
+            .and_then(|name| self.images.untag(&name))
+            .map(|gone| pb::UntagResponse {
+                found: gone.is_some(),
+                image_removed: gone == Some(true),
+            });
+        reply("Untag", r)
     }
 
     type PullStream = PullStream;
@@ -110,10 +188,22 @@ impl ImagesApi for ApiImages {
         let creds = Credentials {
             username: req.username,
             password: req.password,
+            identity_token: req.identity_token,
             ..Default::default()
         };
+        let hosts = req.hosts.map(Some).map(pull_hosts);
+        let this = ApiImages::new(images.clone());
         tokio::spawn(async move {
-            let pull = images.pull(&req.image, creds, Some(ev_tx));
+            let pull = async {
+                match hosts {
+                    Some(h) => {
+                        images
+                            .pull_with_hosts(&req.image, creds, Some(ev_tx), h)
+                            .await
+                    }
+                    None => images.pull(&req.image, creds, Some(ev_tx)).await,
+                }
+            };
             tokio::pin!(pull);
             let result = loop {
                 tokio::select! {
@@ -127,7 +217,7 @@ impl ImagesApi for ApiImages {
             let last = match result {
                 Ok(rec) => Ok(pb::PullProgress {
                     status: "done".into(),
-                    image: Some(imported(&rec)),
+                    image: Some(this.imported(&rec, vec![req.image.clone()])),
                     ..Default::default()
                 }),
                 Err(e) => Err(to_status("Pull", e)),

@@ -228,6 +228,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                     image: image.clone(),
                     username,
                     password,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();
@@ -276,6 +277,7 @@ pub async fn run(socket: PathBuf, cmd: ImageCommand) -> anyhow::Result<()> {
                     path: path.display().to_string(),
                     tags,
                     base_name: base_name.unwrap_or_default(),
+                    ctr: None,
                 })
                 .await?
                 .into_inner();

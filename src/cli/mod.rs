@@ -1,6 +1,7 @@
-//! Command-line interface: `bosun daemon`, `bosun image …`, `bosun pod …`, `bosun version`.
+//! Command-line interface: `bosun daemon`, `bosun image …`, `bosun pod …`, `bosun version`, and containerd's `ctr` (as `bosun ctr` or a link named `ctr`).
 
 pub mod client;
+pub mod ctr;
 pub mod image;
 pub mod node;
 pub mod pod;
@@ -46,6 +47,14 @@ pub enum Command {
     Attach(stream::AttachArgs),
     /// Forward local TCP ports to a pod.
     PortForward(stream::PortForwardArgs),
+    /// containerd's `ctr` image commands, as kind and CI scripts call them (also run by a link
+    /// to bosun named `ctr`): `bosun ctr -n k8s.io images import -`.
+    #[command(disable_help_flag = true)]
+    Ctr {
+        /// ctr's arguments, verbatim.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Daemon flags; each overrides the config file's key of the same name.

@@ -50,6 +50,9 @@ pub enum LogFormat {
 pub struct Sections<N> {
     /// The CRI unix socket (mode 0660).
     pub socket: PathBuf,
+    /// More sockets serving the same CRI and bosun API, made like `socket`: containerd's
+    /// `/run/containerd/containerd.sock` for kubeadm configs and node scripts that name it.
+    pub extra_sockets: Vec<PathBuf>,
     /// Persistent data: images, snapshots, container state.
     pub root: PathBuf,
     /// Volatile state: lock file, pinned namespaces.
@@ -95,6 +98,7 @@ impl<N: Default> Default for Sections<N> {
     fn default() -> Self {
         Sections {
             socket: PathBuf::from(DEFAULT_SOCKET),
+            extra_sockets: Vec::new(),
             root: PathBuf::from("/var/lib/bosun"),
             state: PathBuf::from("/run/bosun"),
             runtime: PathBuf::from("runc"),
@@ -146,11 +150,13 @@ impl ConfigFile {
         crate::cgroups::path::check_parent(self.cgroup_driver, &self.default_cgroup_parent)
             .map_err(|e| Error::invalid(format!("default_cgroup_parent {e}")))?;
         check_metrics_address(&self.metrics_address)?;
+        check_extra_sockets(&self.socket, &self.extra_sockets)?;
         self.network.check()?;
         self.registry.check()?;
         let node = self.node.check()?;
         Ok(Sections {
             socket: self.socket,
+            extra_sockets: self.extra_sockets,
             root: self.root,
             state: self.state,
             runtime: self.runtime,
@@ -184,6 +190,26 @@ fn check_metrics_address(address: &str) -> Result<()> {
             crate::error::echo(address)
         ))),
     }
+}
+
+/// Each of `extra` is an absolute path, once, and not `socket` itself.
+fn check_extra_sockets(socket: &Path, extra: &[PathBuf]) -> Result<()> {
+    for (i, p) in extra.iter().enumerate() {
+        let why = if !p.is_absolute() {
+            "is not an absolute path"
+        } else if p == socket {
+            "is the main socket"
+        } else if extra[..i].contains(p) {
+            "is listed twice"
+        } else {
+            continue;
+        };
+        return Err(Error::invalid(format!(
+            "extra_sockets: {} {why} (e.g. [\"/run/containerd/containerd.sock\"])",
+            p.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Exists while systemd is the init system (sd_booted(3)).
@@ -420,6 +446,31 @@ mod tests {
         Config::default()
             .check_host()
             .expect("cgroupfs needs nothing");
+    }
+
+    #[test]
+    fn extra_sockets_are_absolute_distinct_paths() {
+        let c = Config::parse("extra_sockets = [\"/run/containerd/containerd.sock\"]\n")
+            .expect("parse");
+        assert_eq!(
+            c.extra_sockets,
+            [PathBuf::from("/run/containerd/containerd.sock")]
+        );
+        assert!(Config::default().extra_sockets.is_empty());
+        for (text, why) in [
+            ("extra_sockets = [\"run/x.sock\"]", "not an absolute path"),
+            (
+                "extra_sockets = [\"/run/bosun/bosun.sock\"]",
+                "is the main socket",
+            ),
+            ("extra_sockets = [\"/a.sock\", \"/a.sock\"]", "listed twice"),
+        ] {
+            let e = refused(text);
+            assert!(
+                e.contains("extra_sockets") && e.contains(why),
+                "{text}: {e}"
+            );
+        }
     }
 
     #[test]

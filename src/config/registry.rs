@@ -1,4 +1,4 @@
-//! `[registry]`: per-registry host settings (mirrors, plain HTTP, TLS) and the registry client's timeouts.
+//! `[registry]`: per-registry host settings (mirrors, plain HTTP, TLS), containerd's host directories and the registry client's timeouts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +22,18 @@ pub struct RegistryConfig {
     /// as long as they like as long as bytes keep arriving.
     #[serde(default = "default_read_timeout")]
     pub read_timeout_secs: u64,
+    /// containerd's registry host directories (`<dir>/<host>/hosts.toml`, `_default`), roots
+    /// separated by `:` as in containerd's `config_path`; empty: none. A host named in `hosts`
+    /// above is not looked up here.
+    #[serde(default = "default_config_path")]
+    pub config_path: String,
+}
+
+/// containerd 2's default `config_path`.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/containerd/certs.d:/etc/docker/certs.d";
+
+fn default_config_path() -> String {
+    DEFAULT_CONFIG_PATH.to_string()
 }
 
 fn default_connect_timeout() -> u64 {
@@ -38,6 +50,7 @@ impl Default for RegistryConfig {
             hosts: BTreeMap::new(),
             connect_timeout_secs: default_connect_timeout(),
             read_timeout_secs: default_read_timeout(),
+            config_path: default_config_path(),
         }
     }
 }
@@ -53,23 +66,20 @@ impl RegistryConfig {
         Duration::from_secs(self.read_timeout_secs.max(1))
     }
 
-    /// Every TLS setting some endpoint may use (for building one HTTP client per setting).
-    pub fn tls_settings(&self) -> Vec<TlsSettings> {
-        let mut v = vec![TlsSettings::default()];
-        for h in self.hosts.values() {
-            let t = h.tls();
-            if !v.contains(&t) {
-                v.push(t);
-            }
-        }
-        v
-    }
-
-    /// Checks every mirror URL, so a typo is refused at load rather than at the first pull.
+    /// Checks every mirror URL and the host directories' paths, so a typo is refused at load
+    /// rather than at the first pull.
     pub fn check(&self) -> Result<()> {
         for (domain, host) in &self.hosts {
             for url in &host.mirrors {
                 mirror(domain, url)?;
+            }
+        }
+        for dir in self.config_path.split(':').filter(|d| !d.is_empty()) {
+            if !Path::new(dir).is_absolute() {
+                return Err(Error::invalid(format!(
+                    "[registry] config_path: {dir:?} is not an absolute path (directories \
+                     separated by \":\", e.g. {DEFAULT_CONFIG_PATH:?}; empty: none)"
+                )));
             }
         }
         Ok(())
@@ -175,25 +185,6 @@ pub struct HostConfig {
     pub skip_verify: bool,
 }
 
-impl HostConfig {
-    /// The TLS settings for this host.
-    pub fn tls(&self) -> TlsSettings {
-        TlsSettings {
-            ca_file: self.ca_file.clone(),
-            skip_verify: self.skip_verify,
-        }
-    }
-}
-
-/// TLS trust settings; one HTTP client is built per distinct value.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct TlsSettings {
-    /// Extra CA bundle.
-    pub ca_file: Option<PathBuf>,
-    /// Skip certificate verification.
-    pub skip_verify: bool,
-}
-
 /// The `[registry]` section of config text `text`, decoded (for tests).
 #[cfg(test)]
 pub(crate) fn from_toml(text: &str) -> RegistryConfig {
@@ -224,7 +215,7 @@ mod tests {
             local.ca_file.as_deref(),
             Some(std::path::Path::new("/etc/ssl/my-ca.pem"))
         );
-        assert_eq!(c.tls_settings().len(), 2);
+        assert_eq!(c.config_path, DEFAULT_CONFIG_PATH);
         let text = toml::to_string(&c).expect("serialise");
         assert_eq!(
             toml::from_str::<RegistryConfig>(&text).expect("round trip"),
@@ -238,6 +229,21 @@ mod tests {
             registry: RegistryConfig,
         }
         assert!(toml::from_str::<Top>(unknown).is_err(), "typos are refused");
+    }
+
+    #[test]
+    fn config_path_takes_absolute_directories_or_nothing() {
+        for ok in ["", "/etc/containerd/certs.d", "/a:/b", DEFAULT_CONFIG_PATH] {
+            let c = from_toml(&format!("[registry]\nconfig_path = {ok:?}\n"));
+            c.check().expect(ok);
+        }
+        let c = from_toml("[registry]\nconfig_path = \"/a:certs.d\"\n");
+        let e = c.check().expect_err("relative");
+        assert!(
+            e.to_string()
+                .contains("[registry] config_path: \"certs.d\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -93,8 +93,24 @@ pub async fn run(mut config: Config, notifier: Option<notify::Notifier>) -> Resu
         crate::pod::supervisor::Supervisor::open(runtime.clone(), images.clone(), config.clone())
             .await?;
     let listener = socket::bind(&config.socket)?;
+    let mut extra = Vec::new();
+    let mut bound = vec![config.socket.clone()];
+    for path in &config.extra_sockets {
+        match socket::bind_extra(path) {
+            Ok(l) => {
+                extra.push(l);
+                bound.push(path.clone());
+            }
+            Err(e) => {
+                // Only what this daemon made: the path may be another process's socket.
+                remove_sockets(&bound);
+                return Err(e);
+            }
+        }
+    }
     tracing::info!(
         socket = %config.socket.display(),
+        extra_sockets = ?config.extra_sockets,
         root = %config.root.display(),
         version = %crate::version::long(),
         images = images.list().len(),
@@ -132,7 +148,7 @@ pub async fn run(mut config: Config, notifier: Option<notify::Notifier>) -> Resu
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
         )
-        .serve_with_incoming_shutdown(incoming(listener), async {
+        .serve_with_incoming_shutdown(incoming(listener, extra), async {
             let _ = stop_rx.await;
         });
     let mut server = tokio::spawn(server);
@@ -164,7 +180,7 @@ pub async fn run(mut config: Config, notifier: Option<notify::Notifier>) -> Resu
             }
         }
     };
-    let _ = std::fs::remove_file(&config.socket);
+    remove_sockets(&bound);
     if let Some(task) = metrics_server {
         task.abort();
     }
@@ -175,13 +191,27 @@ pub async fn run(mut config: Config, notifier: Option<notify::Notifier>) -> Resu
     Ok(())
 }
 
-/// The socket's connections, each behind [`authority::AuthorityFix`] so that grpc-core
-/// clients' percent-encoded `:authority` is accepted (issue 16 item 10).
+/// The sockets' connections (the main one and `extra_sockets`, one server for all), each
+/// behind [`authority::AuthorityFix`] so that grpc-core clients' percent-encoded `:authority`
+/// is accepted (issue 16 item 10).
 fn incoming(
     listener: tokio::net::UnixListener,
+    extra: Vec<tokio::net::UnixListener>,
 ) -> impl futures::Stream<Item = std::io::Result<authority::AuthorityFix<tokio::net::UnixStream>>> {
-    use tokio_stream::StreamExt;
-    UnixListenerStream::new(listener).map(|conn| conn.map(authority::AuthorityFix::new))
+    use futures::StreamExt;
+    futures::stream::select_all(
+        std::iter::once(listener)
+            .chain(extra)
+            .map(UnixListenerStream::new),
+    )
+    .map(|conn| conn.map(authority::AuthorityFix::new))
+}
+
+/// Removes the sockets this daemon made (at exit; the next start would replace them anyway).
+fn remove_sockets(bound: &[std::path::PathBuf]) {
+    for path in bound {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Arms the test build's failpoints from `BOSUN_FAILPOINTS` (see `src/failpoint.rs`).

@@ -1,4 +1,4 @@
-//! The CRI unix socket: parent dir created, a stale socket replaced, mode 0660.
+//! The CRI unix sockets: parent dir created, a stale socket replaced, mode 0660; an extra socket another process serves is left alone.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
@@ -46,6 +46,20 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
     Ok(listener)
 }
 
+/// Binds `path`, one of `extra_sockets`, as [`bind`] does. The state lock says nothing about
+/// it (containerd may serve `/run/containerd/containerd.sock`), so a socket found there is
+/// replaced only when nothing answers on it.
+pub fn bind_extra(path: &Path) -> Result<UnixListener> {
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(Error::precondition(format!(
+            "extra_sockets: {} is served by another process (containerd?); stop it or take the \
+             path out of extra_sockets",
+            path.display()
+        )));
+    }
+    bind(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +79,17 @@ mod tests {
             .collect();
         assert_eq!(names, ["bosun.sock"]);
         std::os::unix::net::UnixStream::connect(&path).expect("connect");
+    }
+
+    #[tokio::test]
+    async fn an_extra_socket_someone_serves_is_left_alone_and_a_stale_one_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("run/containerd/containerd.sock");
+        let live = bind(&path).expect("someone else's");
+        let e = bind_extra(&path).expect_err("served");
+        assert!(e.to_string().contains("served by another process"), "{e}");
+        drop(live);
+        let _ours = bind_extra(&path).expect("stale: replaced");
     }
 
     #[tokio::test]

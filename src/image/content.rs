@@ -209,6 +209,62 @@ impl ContentStore {
         Ok(out)
     }
 
+    /// Stores the next `size` bytes of `r` as a blob, whatever they hash to, and returns their
+    /// digest: archive entries no descriptor names yet (a docker-archive's layers and configs).
+    /// Fewer bytes than `size` store nothing.
+    pub fn put_reader(&self, r: &mut dyn Read, size: u64) -> Result<Digest> {
+        /// The scratch file, removed unless it became the blob.
+        struct Scratch(PathBuf);
+        impl Drop for Scratch {
+            fn drop(&mut self) {
+                let _ = fs::remove_file(&self.0);
+            }
+        }
+        let scratch = Scratch(
+            self.root
+                .join("ingest")
+                .join(format!("unnamed-{:016x}", rand::random::<u64>())),
+        );
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&scratch.0)
+            .ctx(|| format!("create {}", scratch.0.display()))
+            .name_fs(&scratch.0)?;
+        let mut hasher = Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = size;
+        while left > 0 {
+            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let n = r.read(&mut buf[..want])?;
+            if n == 0 {
+                return Err(Error::invalid(format!(
+                    "blob of {size} bytes: input ended after {}",
+                    size - left
+                )));
+            }
+            hasher.update(&buf[..n]);
+            file.write_all(&buf[..n])
+                .ctx(|| format!("write {}", scratch.0.display()))
+                .name_fs(&scratch.0)?;
+            left -= n as u64;
+        }
+        let digest = hasher.finish();
+        if self.contains(&digest) {
+            return Ok(digest);
+        }
+        file.sync_all()
+            .ctx(|| format!("blob {digest}: fsync"))
+            .name_fs(&scratch.0)?;
+        drop(file);
+        let target = self.blob_path(&digest);
+        fs::rename(&scratch.0, &target)
+            .ctx(|| format!("blob {digest}: commit"))
+            .name_fs(&target)?;
+        atomic::sync_parent(&target)?;
+        Ok(digest)
+    }
+
     /// The store's root directory (for usage accounting).
     pub fn root(&self) -> &Path {
         &self.root
@@ -366,6 +422,28 @@ mod tests {
             fs::read_dir(dir.path().join("partial"))
                 .expect("ls")
                 .count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_blob_of_unknown_digest_is_stored_under_what_it_hashes_to() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cs = ContentStore::open(dir.path()).expect("open");
+        let mut input: &[u8] = b"layer bytes and more";
+        let d = cs.put_reader(&mut input, 11).expect("put");
+        assert_eq!(d, Digest::of(b"layer bytes"));
+        assert_eq!(cs.read(&d).expect("read"), b"layer bytes");
+        assert_eq!(input, b" and more", "only `size` bytes are taken");
+        let again = cs.put_reader(&mut &b"layer bytes"[..], 11).expect("again");
+        assert_eq!(again, d);
+        let e = cs
+            .put_reader(&mut &b"short"[..], 11)
+            .expect_err("short input");
+        assert!(e.to_string().contains("ended after 5"), "{e}");
+        assert_eq!(cs.list().expect("list"), [d]);
+        assert_eq!(
+            fs::read_dir(dir.path().join("ingest")).expect("ls").count(),
             0
         );
     }

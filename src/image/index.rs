@@ -249,6 +249,61 @@ impl ImageIndex {
         Ok(Some(rec))
     }
 
+    /// The image named exactly `name` (`name:tag` or `name@digest`, normalised): no id or
+    /// prefix matching, as containerd's image store looks names up.
+    pub fn named(&self, name: &Reference) -> Option<Arc<ImageRecord>> {
+        let id = self.refs.get(&name_key(name))?;
+        self.images.get(id).cloned()
+    }
+
+    /// Gives image `id` the name `name` (a tag, or `name@digest` with the digest of the
+    /// image's index or manifest), taking it from any other image. The updated record.
+    pub fn add_name(&mut self, id: &Digest, name: &Reference) -> Result<Arc<ImageRecord>> {
+        let Some(rec) = self.images.get(id) else {
+            return Err(Error::not_found(format!("image {}: not found", id.short())));
+        };
+        let mut rec = (**rec).clone();
+        match name.digest() {
+            Some(d) => {
+                let own = rec.index_digest.as_ref().unwrap_or(&rec.manifest_digest);
+                if d != own && *d != rec.manifest_digest {
+                    return Err(Error::invalid(format!(
+                        "name {name}: image {} is {own}, not {d}",
+                        id.short()
+                    )));
+                }
+                rec.repo_digests.push(name.digested_string(d));
+            }
+            None => rec.repo_tags.extend(name.tagged_string()),
+        }
+        self.upsert(rec)
+    }
+
+    /// Removes the name `name` from its image; an image left without names is removed too.
+    /// `None` when no image has the name; else the image, and whether it was removed.
+    pub fn remove_name(&mut self, name: &Reference) -> Result<Option<(Arc<ImageRecord>, bool)>> {
+        let key = name_key(name);
+        let Some(id) = self.refs.get(&key).cloned() else {
+            return Ok(None);
+        };
+        let Some(rec) = self.images.get(&id) else {
+            return Ok(None);
+        };
+        let mut rec = (**rec).clone();
+        rec.repo_tags.retain(|t| *t != key);
+        rec.repo_digests.retain(|t| *t != key);
+        if rec.repo_tags.is_empty() && rec.repo_digests.is_empty() {
+            return Ok(self.remove(&id)?.map(|r| (r, true)));
+        }
+        rec.updated_ns = now_ns();
+        atomic::write_json(&self.path(&id), &rec)
+            .map_err(|e| e.context(format!("image {}: save record", id.short())))?;
+        self.refs.remove(&key);
+        let rec = Arc::new(rec);
+        self.images.insert(id, rec.clone());
+        Ok(Some((rec, false)))
+    }
+
     /// Whether any remaining image uses snapshot `chain_id`.
     pub fn uses_chain(&self, chain_id: &Digest) -> bool {
         self.images
@@ -259,6 +314,14 @@ impl ImageIndex {
     /// Whether any remaining image owns blob `d`.
     pub fn uses_blob(&self, d: &Digest) -> bool {
         self.images.values().any(|r| r.blobs().contains(d))
+    }
+}
+
+/// How the index keys name `r`: `name@digest` when it pins a digest, else `name:tag`.
+fn name_key(r: &Reference) -> String {
+    match r.digest() {
+        Some(d) => r.digested_string(d),
+        None => r.to_string(),
     }
 }
 
@@ -337,6 +400,41 @@ mod tests {
         assert!(idx.lookup("a:1").is_none() && idx.lookup("b:2").is_none());
         assert!(idx.remove(&r.id).expect("second remove").is_none());
         assert!(ImageIndex::load(dir.path()).expect("reload").is_empty());
+    }
+
+    #[test]
+    fn names_are_added_and_removed_one_at_a_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut idx = ImageIndex::load(dir.path()).expect("load");
+        let a = idx.upsert(rec(1, &["docker.io/library/a:1"])).expect("a");
+        let b = idx.upsert(rec(2, &["docker.io/library/b:1"])).expect("b");
+        let r = |s: &str| Reference::parse(s).expect("ref");
+        idx.add_name(&a.id, &r("example.test/a:2")).expect("tag");
+        let by_digest = r(&format!("example.test/a@{}", a.manifest_digest));
+        idx.add_name(&a.id, &by_digest).expect("digest name");
+        let wrong = r(&format!("example.test/a@{}", Digest::of(b"other")));
+        let e = idx.add_name(&a.id, &wrong).expect_err("foreign digest");
+        assert!(e.to_string().contains("not sha256:"), "{e}");
+        // A name another image holds moves (the caller checks --force first).
+        idx.add_name(&a.id, &r("b:1")).expect("take b:1");
+        assert!(idx.named(&r("b:1")).is_some_and(|x| x.id == a.id));
+        assert!(idx
+            .lookup(b.id.as_str())
+            .expect("b stays")
+            .repo_tags
+            .is_empty());
+        assert!(idx.named(&r("a")).is_none(), "exact names only: a:latest");
+        let (img, gone) = idx.remove_name(&r("a:1")).expect("rm").expect("found");
+        assert!(!gone && !img.repo_tags.contains(&"docker.io/library/a:1".to_string()));
+        assert!(idx.remove_name(&r("a:1")).expect("again").is_none());
+        let reloaded = ImageIndex::load(dir.path()).expect("reload");
+        assert!(reloaded.named(&r("a:1")).is_none() && reloaded.named(&by_digest).is_some());
+        for n in ["example.test/a:2", "b:1"] {
+            assert!(!idx.remove_name(&r(n)).expect("rm").expect("found").1);
+        }
+        let (_, gone) = idx.remove_name(&by_digest).expect("rm").expect("found");
+        assert!(gone, "the last name takes the image");
+        assert!(idx.lookup(a.id.as_str()).is_none());
     }
 
     #[test]

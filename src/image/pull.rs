@@ -106,6 +106,20 @@ impl Puller {
         }
     }
 
+    /// This puller fetching through `registry` instead (one pull's own registry settings),
+    /// with its own table of downloads in flight; the content store is the same.
+    pub fn through(&self, registry: RegistryClient) -> Puller {
+        Puller {
+            downloads: Downloads::new(registry, self.downloads.content().clone()),
+            max_layers: self.max_layers,
+        }
+    }
+
+    /// The registry client it fetches through.
+    pub fn registry(&self) -> &RegistryClient {
+        self.downloads.registry()
+    }
+
     /// Pulls `r` for this host's platform. Blobs already in the store are not fetched again; each
     /// blob download runs in its own task, shared with concurrent pulls. Dropping this future
     /// (a cancelled caller) stops the downloads no other pull waits for; their bytes stay for

@@ -15,7 +15,7 @@ use crate::image::leases::Leases;
 use crate::image::manifest::{ImageConfig, Manifest};
 use crate::image::pull::{PullEvent, Puller};
 use crate::image::reference::Reference;
-use crate::image::registry::{Credentials, RegistryClient};
+use crate::image::registry::{Credentials, PullHosts, RegistryClient};
 use crate::image::snapshot::{LayerSource, Snapshots, UnpackLimits};
 use crate::image::tasks::TaskTable;
 use crate::image::usage::{FsUsage, UsageTracker};
@@ -81,6 +81,7 @@ impl Images {
         };
         let snapshots = Arc::new(Snapshots::open(&root.join("snapshots"), limits)?);
         let registry = RegistryClient::new(&config.registry)?;
+        registry.hosts().dirs().check_all();
         let puller = Puller::new(
             registry,
             content.clone(),
@@ -160,14 +161,39 @@ impl Images {
         pull.done().await
     }
 
+    /// [`Images::pull`] with one pull's registry settings on top of the daemon's (`ctr images
+    /// pull --plain-http`, `--hosts-dir`, `--skip-verify`, …). Not shared with other pulls of
+    /// the same reference, which may use other settings; blobs in the store are reused.
+    pub async fn pull_with_hosts(
+        &self,
+        image: &str,
+        creds: Credentials,
+        events: Option<UnboundedSender<PullEvent>>,
+        hosts: PullHosts,
+    ) -> Result<Arc<ImageRecord>> {
+        let reference = Reference::parse(image)?;
+        let puller = self.puller.through(self.puller.registry().for_pull(hosts));
+        self.pull_via(&puller, &reference, &creds, events).await
+    }
+
     async fn pull_now(
         &self,
         reference: &Reference,
         creds: &Credentials,
         events: Option<UnboundedSender<PullEvent>>,
     ) -> Result<Arc<ImageRecord>> {
+        self.pull_via(&self.puller, reference, creds, events).await
+    }
+
+    async fn pull_via(
+        &self,
+        puller: &Puller,
+        reference: &Reference,
+        creds: &Credentials,
+        events: Option<UnboundedSender<PullEvent>>,
+    ) -> Result<Arc<ImageRecord>> {
         let _busy = self.gc_guard.read().await;
-        let pulled = self.puller.pull(reference, creds, events.clone()).await?;
+        let pulled = puller.pull(reference, creds, events.clone()).await?;
         let mut tags = Vec::new();
         if let Some(t) = reference.tagged_string() {
             tags.push(t);
@@ -290,6 +316,67 @@ impl Images {
             self.spawn_gc(Some(removed));
         }
         Ok(())
+    }
+
+    /// Gives the image `source` names (a name or an id, as [`Images::lookup`] finds it) the
+    /// names `targets` (`ctr images tag`). A name another image holds is refused unless
+    /// `force`, which moves it. The updated image and the names given, as shown.
+    pub fn tag(
+        &self,
+        source: &str,
+        targets: &[Reference],
+        force: bool,
+    ) -> Result<(Arc<ImageRecord>, Vec<String>)> {
+        let mut idx = lock(&self.index);
+        let mut rec = idx
+            .lookup(source)
+            .ok_or_else(|| Error::not_found(format!("image {source:?}: not found")))?;
+        let mut given = Vec::new();
+        for t in targets {
+            if let Some(holder) = idx.named(t) {
+                if holder.id != rec.id && !force {
+                    return Err(Error::new(
+                        crate::error::ErrorKind::AlreadyExists,
+                        format!("image {:?}: already exists", t.to_string()),
+                    ));
+                }
+            }
+            rec = idx.add_name(&rec.id, t)?;
+            given.push(t.to_string());
+        }
+        Ok((rec, given))
+    }
+
+    /// Removes the name `name` from its image (`ctr images rm`); an image left without names
+    /// goes, and its content is collected in the background. `None`: no image has the name;
+    /// else whether the image went.
+    pub fn untag(self: &Arc<Self>, name: &Reference) -> Result<Option<bool>> {
+        let removed = lock(&self.index).remove_name(name)?;
+        Ok(removed.map(|(rec, gone)| {
+            if gone {
+                self.spawn_gc(Some(rec));
+            }
+            gone
+        }))
+    }
+
+    /// What the names of `rec` point at, as containerd's image target: the index it came
+    /// through, else its manifest; with its media type (read from the blob, the kind's OCI
+    /// type when it cannot be).
+    pub fn target(&self, rec: &ImageRecord) -> (Digest, String) {
+        let (digest, fallback) = match &rec.index_digest {
+            Some(i) => (i.clone(), crate::image::manifest::media::OCI_INDEX),
+            None => (
+                rec.manifest_digest.clone(),
+                crate::image::manifest::media::OCI_MANIFEST,
+            ),
+        };
+        let media_type = self
+            .content
+            .read(&digest)
+            .map(|b| crate::image::manifest::media_type_of("", &b))
+            .unwrap_or_else(|_| fallback.to_string());
+        (digest, media_type)
     }
 
     /// Starts a GC pass in the background; failures are logged (the next pass retries).

@@ -14,7 +14,7 @@ use crate::image::digest::Digest;
 use crate::image::manifest::{media_type_of, Descriptor};
 use crate::image::reference::Reference;
 use crate::image::registry::auth::Credentials;
-use crate::image::registry::hosts::{self, Endpoint};
+use crate::image::registry::hosts::{Endpoint, Hosts, PullHosts};
 use crate::image::registry::retry::{Retries, RetryPolicy};
 use crate::image::registry::transport::{describe, read_limited, Get, Transport};
 
@@ -48,17 +48,17 @@ enum Attempt {
 /// A client for OCI distribution registries. Cheap to clone; clones share connections and tokens.
 #[derive(Clone)]
 pub struct RegistryClient {
-    config: Arc<RegistryConfig>,
+    hosts: Arc<Hosts>,
     transport: Arc<Transport>,
     policy: Arc<RetryPolicy>,
 }
 
 impl RegistryClient {
-    /// A client for `config`; refuses bad mirror URLs and unreadable CA files.
+    /// A client for `config`; refuses bad mirror URLs.
     pub fn new(config: &RegistryConfig) -> Result<Self> {
         let transport = Transport::new(config)?;
         Ok(RegistryClient {
-            config: Arc::new(config.clone()),
+            hosts: Arc::new(Hosts::new(config)),
             transport: Arc::new(transport),
             policy: Arc::new(RetryPolicy::default()),
         })
@@ -106,9 +106,24 @@ impl RegistryClient {
         }
     }
 
+    /// This client with one pull's registry settings on top (`ctr images pull` flags);
+    /// connections and tokens are shared.
+    pub fn for_pull(&self, pull: PullHosts) -> RegistryClient {
+        RegistryClient {
+            hosts: Arc::new(self.hosts.for_pull(pull)),
+            transport: self.transport.clone(),
+            policy: self.policy.clone(),
+        }
+    }
+
+    /// What decides the endpoints.
+    pub fn hosts(&self) -> &Hosts {
+        &self.hosts
+    }
+
     /// The endpoints tried for `r`, mirrors first.
     pub fn endpoints(&self, r: &Reference) -> Result<Vec<Endpoint>> {
-        hosts::endpoints(&self.config, r.domain())
+        self.hosts.endpoints(r.domain(), r.digest().is_some())
     }
 
     /// Fetches the manifest or index `r` names (its digest when it has one, else its tag) from

@@ -1,11 +1,15 @@
-//! The ordered endpoints a pull tries (mirrors, then the origin) from the `[registry.hosts]` settings.
+//! The ordered endpoints a pull tries (mirrors, then the origin): bosun's `[registry.hosts]`, else containerd's host directories, else the registry itself.
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
 
-use crate::config::registry::{self, HostConfig, RegistryConfig, TlsSettings};
+use crate::config::registry::{self, HostConfig, RegistryConfig};
 use crate::error::Result;
 use crate::image::reference::DEFAULT_DOMAIN;
+use crate::image::registry::clients::ClientSettings;
+use crate::image::registry::hosts_dir::HostsDirs;
+use crate::image::registry::hosts_toml::{HostEntry, HostsFile};
 
 /// Where `docker.io` really lives (docker and containerd use the same host).
 pub const DOCKER_HUB_HOST: &str = "registry-1.docker.io";
@@ -44,49 +48,163 @@ pub struct Endpoint {
     pub host: String,
     /// How to connect.
     pub scheme: Scheme,
-    /// Path before `/v2` (empty, or `/something` from a mirror URL).
-    pub prefix: String,
+    /// The path requests go below: `/v2`, a mirror's `/prefix/v2`, or a hosts file's
+    /// `override_path` path as given.
+    pub path: String,
     /// Whether this is a mirror (mirrors are asked anonymously: credentials are the origin's).
     pub mirror: bool,
-    /// Certificate trust for this endpoint.
-    pub tls: TlsSettings,
+    /// Whether it may resolve tags (hosts.toml `capabilities` without `resolve`: only what is
+    /// named by digest is fetched there).
+    pub resolve: bool,
+    /// TLS trust, client certificate, headers, dial timeout.
+    pub client: ClientSettings,
 }
 
 impl Endpoint {
-    /// `<scheme>://<host><prefix>/v2/<rest>`, over plain HTTP when `plain`.
+    /// `<scheme>://<host><path>/<rest>`, over plain HTTP when `plain`.
     pub fn url(&self, plain: bool, rest: &str) -> String {
         let scheme = if plain { "http" } else { "https" };
-        format!("{scheme}://{}{}/v2/{rest}", self.host, self.prefix)
+        format!("{scheme}://{}{}/{rest}", self.host, self.path)
     }
 }
 
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = if self.mirror { "mirror" } else { "registry" };
-        write!(f, "{what} {}{}", self.host, self.prefix)
+        let path = self.path.strip_suffix("/v2").unwrap_or(&self.path);
+        write!(f, "{what} {}{path}", self.host)
     }
 }
 
-/// The endpoints for image domain `domain`, in the order to try: mirrors, then the origin.
-pub fn endpoints(config: &RegistryConfig, domain: &str) -> Result<Vec<Endpoint>> {
-    let own = config.host(domain).cloned().unwrap_or_default();
+/// Registry settings one pull brings on top of the daemon's (`ctr images pull` flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullHosts {
+    /// `--plain-http`: plain HTTP to a registry no host setting covers.
+    pub plain_http: bool,
+    /// `--skip-verify`: accept any certificate, on every endpoint.
+    pub skip_verify: bool,
+    /// `--hosts-dir`: read this host directory instead of `[registry] config_path`.
+    pub hosts_dir: Option<PathBuf>,
+    /// `--tlscacert`: one more CA bundle, on every endpoint.
+    pub ca_file: Option<PathBuf>,
+    /// `--tlscert`/`--tlskey`: a client certificate, where the endpoint has none.
+    pub client_cert: Option<(PathBuf, Option<PathBuf>)>,
+}
+
+/// Everything that decides the endpoints of an image domain.
+pub struct Hosts {
+    config: RegistryConfig,
+    dirs: HostsDirs,
+    pull: PullHosts,
+}
+
+impl Hosts {
+    /// The daemon's settings: `config`, with its `config_path` host directories.
+    pub fn new(config: &RegistryConfig) -> Hosts {
+        Hosts {
+            config: config.clone(),
+            dirs: HostsDirs::new(&config.config_path),
+            pull: PullHosts::default(),
+        }
+    }
+
+    /// These settings with one pull's on top.
+    pub fn for_pull(&self, pull: PullHosts) -> Hosts {
+        let dirs = match &pull.hosts_dir {
+            Some(d) => HostsDirs::new(&d.to_string_lossy()),
+            None => HostsDirs::new(&self.config.config_path),
+        };
+        Hosts {
+            config: self.config.clone(),
+            dirs,
+            pull,
+        }
+    }
+
+    /// The host directories read.
+    pub fn dirs(&self) -> &HostsDirs {
+        &self.dirs
+    }
+
+    /// The endpoints for image domain `domain`, in the order to try: mirrors, then the
+    /// origin. `by_digest`: the reference names a digest (hosts that may not resolve tags
+    /// serve it too). bosun's own `[registry.hosts."<domain>"]` wins over a host directory
+    /// for the same host (it is logged when both exist); a host directory over the defaults.
+    pub fn endpoints(&self, domain: &str, by_digest: bool) -> Result<Vec<Endpoint>> {
+        let mut eps = match self.config.host(domain) {
+            Some(own) => {
+                if let Ok(Some(found)) = self.dirs.lookup(domain) {
+                    tracing::debug!(
+                        domain,
+                        dir = %found.dir.display(),
+                        "[registry.hosts] in bosun's config wins over the host directory"
+                    );
+                }
+                configured(&self.config, domain, own)?
+            }
+            None => match self.dirs.lookup(domain)? {
+                Some(found) => from_file(domain, &found.file, by_digest),
+                None => vec![origin(domain, &HostConfig::default(), self.pull.plain_http)],
+            },
+        };
+        for ep in &mut eps {
+            self.pull_settings(ep);
+        }
+        Ok(eps)
+    }
+
+    fn pull_settings(&self, ep: &mut Endpoint) {
+        let p = &self.pull;
+        ep.client.skip_verify |= p.skip_verify;
+        if let Some(ca) = &p.ca_file {
+            ep.client.ca_files.push(ca.clone());
+        }
+        if ep.client.client_cert.is_none() {
+            ep.client.client_cert = p.client_cert.clone();
+        }
+    }
+}
+
+/// The endpoints bosun's own `[registry.hosts."<domain>"]` table `own` makes.
+fn configured(config: &RegistryConfig, domain: &str, own: &HostConfig) -> Result<Vec<Endpoint>> {
     let mut out = Vec::with_capacity(own.mirrors.len() + 1);
     for m in &own.mirrors {
         out.push(mirror_endpoint(config, domain, m)?);
     }
-    let host = if domain == DEFAULT_DOMAIN {
+    out.push(origin(domain, own, false));
+    Ok(out)
+}
+
+/// The registry itself, with its own table `own`; `plain_http` (a pull's `--plain-http`)
+/// decides where `own` does not.
+fn origin(domain: &str, own: &HostConfig, plain_http: bool) -> Endpoint {
+    let host = origin_host(domain);
+    let plain = own.plain_http.or(plain_http.then_some(true));
+    Endpoint {
+        host: host.to_string(),
+        scheme: scheme_for(host, plain),
+        path: "/v2".into(),
+        mirror: false,
+        resolve: true,
+        client: client_settings(own),
+    }
+}
+
+fn origin_host(domain: &str) -> &str {
+    if domain == DEFAULT_DOMAIN {
         DOCKER_HUB_HOST
     } else {
         domain
-    };
-    out.push(Endpoint {
-        host: host.to_string(),
-        scheme: scheme_for(host, own.plain_http),
-        prefix: String::new(),
-        mirror: false,
-        tls: own.tls(),
-    });
-    Ok(out)
+    }
+}
+
+/// TLS settings of a `[registry.hosts]` table.
+fn client_settings(h: &HostConfig) -> ClientSettings {
+    ClientSettings {
+        ca_files: h.ca_file.iter().cloned().collect(),
+        skip_verify: h.skip_verify,
+        ..Default::default()
+    }
 }
 
 /// Mirror `url` of registry `domain`; the mirror's own host table (if any) gives TLS.
@@ -96,10 +214,45 @@ fn mirror_endpoint(config: &RegistryConfig, domain: &str, url: &str) -> Result<E
     Ok(Endpoint {
         host: m.host.to_string(),
         scheme: scheme_for(m.host, m.plain_http.or(own.plain_http)),
-        prefix: m.prefix.to_string(),
+        path: format!("{}/v2", m.prefix),
         mirror: true,
-        tls: own.tls(),
+        resolve: true,
+        client: client_settings(&own),
     })
+}
+
+/// The endpoints a hosts file makes for `domain`: its hosts (those that can pull; those that
+/// may not resolve only for `by_digest` references), then its server.
+fn from_file(domain: &str, file: &HostsFile, by_digest: bool) -> Vec<Endpoint> {
+    let usable = |h: &&HostEntry| h.pull && (h.resolve || by_digest);
+    let mut out: Vec<Endpoint> = file
+        .hosts
+        .iter()
+        .filter(usable)
+        .map(|h| file_endpoint(domain, h, true))
+        .collect();
+    if usable(&&file.server) {
+        out.push(file_endpoint(domain, &file.server, false));
+    }
+    out
+}
+
+fn file_endpoint(domain: &str, h: &HostEntry, mirror: bool) -> Endpoint {
+    let (host, scheme, path) = match &h.url {
+        Some(u) => (u.host.clone(), u.scheme, u.path.clone()),
+        None => {
+            let host = origin_host(domain);
+            (host.to_string(), scheme_for(host, None), "/v2".to_string())
+        }
+    };
+    Endpoint {
+        host,
+        scheme,
+        path,
+        mirror,
+        resolve: h.resolve,
+        client: h.client.clone(),
+    }
 }
 
 fn scheme_for(host: &str, plain_http: Option<bool>) -> Scheme {
@@ -137,7 +290,9 @@ mod tests {
             skip_verify = true
             "#,
         );
-        let eps = endpoints(&c, "docker.io").expect("endpoints");
+        let eps = Hosts::new(&c)
+            .endpoints("docker.io", false)
+            .expect("endpoints");
         let urls: Vec<String> = eps
             .iter()
             .map(|e| e.url(e.scheme == Scheme::Http, "x"))
@@ -152,13 +307,13 @@ mod tests {
             ]
         );
         assert!(eps[..3].iter().all(|e| e.mirror) && !eps[3].mirror);
-        assert!(eps[2].tls.skip_verify && !eps[1].tls.skip_verify);
+        assert!(eps[2].client.skip_verify && !eps[1].client.skip_verify);
         assert_eq!(eps[3].to_string(), "registry registry-1.docker.io");
     }
 
     #[test]
     fn loopback_hosts_fall_back_to_plain_http_unless_configured() {
-        let c = from_toml(
+        let mut c = from_toml(
             r#"
             [registry.hosts."localhost:5000"]
             plain_http = false
@@ -166,7 +321,8 @@ mod tests {
             plain_http = true
             "#,
         );
-        let scheme = |d: &str| endpoints(&c, d).expect("endpoints")[0].scheme;
+        c.config_path.clear();
+        let scheme = |d: &str| Hosts::new(&c).endpoints(d, false).expect("endpoints")[0].scheme;
         assert_eq!(scheme("127.0.0.1:5000"), Scheme::HttpsThenHttp);
         assert_eq!(scheme("127.1.2.3"), Scheme::HttpsThenHttp);
         assert_eq!(scheme("[::1]:5000"), Scheme::HttpsThenHttp);
@@ -188,7 +344,7 @@ mod tests {
             },
         );
         assert_eq!(
-            endpoints(&c, "docker.io").expect("eps")[0].scheme,
+            Hosts::new(&c).endpoints("docker.io", false).expect("eps")[0].scheme,
             Scheme::Http
         );
     }

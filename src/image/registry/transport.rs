@@ -1,6 +1,6 @@
 //! HTTP plumbing for registry GETs: clients per TLS setting, auth retry, HTTP fallback, errors.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -8,10 +8,11 @@ use futures::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, RANGE, WWW_AUTHENTICATE};
 use reqwest::{Response, StatusCode};
 
-use crate::config::registry::{self, RegistryConfig, TlsSettings};
+use crate::config::registry::RegistryConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::image::registry::auth::{self, Credentials, TokenCache};
 use crate::image::registry::challenge;
+use crate::image::registry::clients::ClientPool;
 use crate::image::registry::hosts::{self, Endpoint, Scheme};
 use crate::image::registry::retry::{self, Retries};
 
@@ -40,28 +41,19 @@ pub(crate) struct Get<'a> {
 
 /// Shared HTTP state of a [`super::RegistryClient`].
 pub(crate) struct Transport {
-    /// Keyed by TLS settings and whether proxies are bypassed (loopback hosts).
-    clients: HashMap<(TlsSettings, bool), reqwest::Client>,
+    /// Per endpoint settings and whether proxies are bypassed (loopback hosts).
+    clients: ClientPool,
     tokens: TokenCache,
     /// Loopback hosts found to speak plain HTTP, so later requests skip the TLS attempt.
     plain_hosts: Mutex<HashSet<String>>,
 }
 
 impl Transport {
-    /// Builds one client per TLS setting in `config` (reading CA files now, so errors show early).
+    /// HTTP state for `config`; clients are built as endpoints need them.
     pub(crate) fn new(config: &RegistryConfig) -> Result<Self> {
         config.check()?;
-        let mut clients = HashMap::new();
-        for tls in config.tls_settings() {
-            for loopback in [false, true] {
-                clients.insert(
-                    (tls.clone(), loopback),
-                    build_client(config, &tls, loopback)?,
-                );
-            }
-        }
         Ok(Transport {
-            clients,
+            clients: ClientPool::new(config),
             tokens: TokenCache::default(),
             plain_hosts: Mutex::default(),
         })
@@ -83,10 +75,10 @@ impl Transport {
         let anonymous = Credentials::default();
         let creds = if ep.mirror { &anonymous } else { creds };
         let loopback = hosts::is_loopback(&ep.host);
-        let client = self
+        let client = &self
             .clients
-            .get(&(ep.tls.clone(), loopback))
-            .ok_or_else(|| Error::internal(format!("{ep}: no HTTP client for its TLS settings")))?;
+            .get(&ep.client, loopback)
+            .map_err(|e| e.context(format!("{ep}")))?;
         let known_plain = self.plain_hosts.lock().is_ok_and(|s| s.contains(&ep.host));
         let plain_first = match ep.scheme {
             Scheme::Http => true,
@@ -214,32 +206,6 @@ impl Transport {
             return Err(Failure::Other(status_error(ep, repo, rest, resp).await));
         }
     }
-}
-
-fn build_client(
-    config: &RegistryConfig,
-    tls: &TlsSettings,
-    loopback: bool,
-) -> Result<reqwest::Client> {
-    let mut b = reqwest::Client::builder()
-        .connect_timeout(config.connect_timeout())
-        .read_timeout(config.read_timeout())
-        .user_agent(format!("bosun/{}", crate::version::VERSION))
-        // reqwest drops Authorization on cross-host redirects (blob storage URLs).
-        .redirect(reqwest::redirect::Policy::limited(10));
-    if loopback {
-        b = b.no_proxy();
-    }
-    if let Some(ca) = &tls.ca_file {
-        for c in registry::ca_certificates(ca)? {
-            b = b.add_root_certificate(c);
-        }
-    }
-    if tls.skip_verify {
-        b = b.danger_accept_invalid_certs(true);
-    }
-    b.build()
-        .map_err(|e| Error::internal(format!("build HTTP client: {}", describe(&e))))
 }
 
 fn classify(ep: &Endpoint, rest: &str, e: &reqwest::Error) -> Failure {
