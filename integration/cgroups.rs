@@ -7,6 +7,7 @@ use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cgroup::{self, Driver};
 use crate::support::cri::{self, Rt, NEEDS};
+use crate::support::Scenario;
 use crate::support::{block_on, trial, wait_until, Daemon};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -105,120 +106,112 @@ async fn check_parent(rt: &mut Rt, d: &Daemon, busybox: &str, parent: &str) -> R
 }
 
 fn kubelet_style_parents() -> Result<()> {
-    let d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    let driver = cgroup::driver();
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let rc = rt
-                .runtime_config(pb::RuntimeConfigRequest {})
-                .await?
-                .into_inner();
-            let want = match driver {
-                Driver::Cgroupfs => pb::CgroupDriver::Cgroupfs,
-                Driver::Systemd => pb::CgroupDriver::Systemd,
-            };
+    Scenario::new().run(async |s| {
+        let d = &s.daemon;
+        let busybox = s.image("busybox");
+        let driver = cgroup::driver();
+        let mut rt = s.rt.clone();
+        let rc = rt
+            .runtime_config(pb::RuntimeConfigRequest {})
+            .await?
+            .into_inner();
+        let want = match driver {
+            Driver::Cgroupfs => pb::CgroupDriver::Cgroupfs,
+            Driver::Systemd => pb::CgroupDriver::Systemd,
+        };
+        ensure!(
+            rc.linux.map(|l| l.cgroup_driver) == Some(want as i32),
+            "RuntimeConfig: {:?}, want {want:?}",
+            rc.linux
+        );
+        // The kubelet's per-pod parent in the driver's form; for systemd also the slice's
+        // expanded path (what the kubelet's systemd cgroup manager sends).
+        let mut parents = vec![cgroup::pod_parent(&d.cgroup_parent(), "a1-b2")];
+        if driver == Driver::Systemd {
+            parents.push(cgroup::parent_dir(&cgroup::pod_parent(
+                &d.cgroup_parent(),
+                "c3-d4",
+            )));
+        }
+        for parent in &parents {
+            check_parent(&mut rt, d, &busybox, parent).await?;
+        }
+        // The other driver's form (a kubelet configured with the other cgroupDriver), or a
+        // path that climbs, is refused before anything is made.
+        let wrong: &[&str] = match driver {
+            Driver::Cgroupfs => &["kubepods-besteffort-pod1.slice", "/kubepods/../etc"],
+            Driver::Systemd => &["/kubepods/besteffort/pod1", "/x.slice/y.slice"],
+        };
+        for parent in wrong {
+            let err = rt
+                .run_pod_sandbox(pb::RunPodSandboxRequest {
+                    config: Some(with_parent(d, "wrong", parent)),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .expect_err("a parent of the wrong form must be refused");
             ensure!(
-                rc.linux.map(|l| l.cgroup_driver) == Some(want as i32),
-                "RuntimeConfig: {:?}, want {want:?}",
-                rc.linux
+                err.code() == tonic::Code::InvalidArgument
+                    && err.message().contains("linux.cgroup_parent"),
+                "parent {parent:?}: {err:?}"
             );
-            // The kubelet's per-pod parent in the driver's form; for systemd also the slice's
-            // expanded path (what the kubelet's systemd cgroup manager sends).
-            let mut parents = vec![cgroup::pod_parent(&d.cgroup_parent(), "a1-b2")];
-            if driver == Driver::Systemd {
-                parents.push(cgroup::parent_dir(&cgroup::pod_parent(
-                    &d.cgroup_parent(),
-                    "c3-d4",
-                )));
-            }
-            for parent in &parents {
-                check_parent(&mut rt, &d, &busybox, parent).await?;
-            }
-            // The other driver's form (a kubelet configured with the other cgroupDriver), or a
-            // path that climbs, is refused before anything is made.
-            let wrong: &[&str] = match driver {
-                Driver::Cgroupfs => &["kubepods-besteffort-pod1.slice", "/kubepods/../etc"],
-                Driver::Systemd => &["/kubepods/besteffort/pod1", "/x.slice/y.slice"],
-            };
-            for parent in wrong {
-                let err = rt
-                    .run_pod_sandbox(pb::RunPodSandboxRequest {
-                        config: Some(with_parent(&d, "wrong", parent)),
-                        runtime_handler: String::new(),
-                    })
-                    .await
-                    .expect_err("a parent of the wrong form must be refused");
-                ensure!(
-                    err.code() == tonic::Code::InvalidArgument
-                        && err.message().contains("linux.cgroup_parent"),
-                    "parent {parent:?}: {err:?}"
-                );
-            }
-            ensure!(
-                cri::list_pods(&mut rt, None).await?.is_empty(),
-                "a refused pod was kept"
-            );
-            Ok(())
-        }),
-    )?;
-    cri::assert_clean(&d)
+        }
+        ensure!(
+            cri::list_pods(&mut rt, None).await?.is_empty(),
+            "a refused pod was kept"
+        );
+        Ok(())
+    })
 }
 
 /// A container sharing the pod's pid namespace (its init is not PID 1, so killing it does not
 /// take the rest down) with a TERM-ignoring child: at the deadline every process of its
 /// cgroup dies. On cgroup v2 that is one write to `cgroup.kill`; on v1 `runc kill --all`.
 fn kill_reaches_every_process() -> Result<()> {
-    let d = cri::daemon()?;
-    let busybox = cri::import(&d, "busybox")?;
-    cri::with_log(
-        &d,
-        block_on(async {
-            let mut rt = cri::client(&d).await?;
-            let mut config = cri::pod_config(&d, "killall");
-            cri::share_pid(&mut config);
-            let pod = cri::run_pod(&mut rt, config).await?;
-            let c = cri::sh_config(
-                &pod,
-                "stubborn",
-                &busybox,
-                "trap '' TERM; sh -c 'exec sleep 1000' & sh -c 'exec sleep 1000' & \
-                 echo children; while :; do sleep 1; done",
-            );
-            let id = cri::create_start(&mut rt, &pod, &c).await?;
-            cri::wait_log(&pod.log_of(&c), 20, |l| l.iter().any(|x| x == "children")).await?;
-            let dir = cgroup::container_dir(&d.cgroup_parent(), &id);
-            let before = procs(&dir);
-            ensure!(before.len() >= 3, "{dir}: processes {before:?}");
-            let took = cri::stop(&mut rt, &id, 1).await?;
-            eprintln!(
-                "stop with a 1 s grace: {took:?} ({} ms past the deadline)",
-                took.saturating_sub(Duration::from_secs(1)).as_millis()
-            );
-            ensure!(
-                took >= Duration::from_secs(1),
-                "stopped before the deadline: {took:?}"
-            );
-            cri::check_exit(&cri::status(&mut rt, &id).await?, 137, "Error")?;
-            let gone = wait_until(10, || {
-                before
-                    .iter()
-                    .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
-            });
-            ensure!(gone, "processes of {id} survive: {:?}", procs(&dir));
-            let log = d.log();
-            let by_cgroup_kill = log.contains("stop: cgroup.kill");
-            ensure!(
-                by_cgroup_kill == cgroup::unified(),
-                "cgroup.kill used: {by_cgroup_kill}, on a v2 host: {}",
-                cgroup::unified()
-            );
-            cri::remove_pod(&mut rt, &pod.id).await
-        }),
-    )?;
-    cri::assert_clean(&d)
+    Scenario::new().run(async |s| {
+        let d = &s.daemon;
+        let busybox = s.image("busybox");
+        let mut rt = s.rt.clone();
+        let mut config = cri::pod_config(d, "killall");
+        cri::share_pid(&mut config);
+        let pod = cri::run_pod(&mut rt, config).await?;
+        let c = cri::sh_config(
+            &pod,
+            "stubborn",
+            &busybox,
+            "trap '' TERM; sh -c 'exec sleep 1000' & sh -c 'exec sleep 1000' & \
+             echo children; while :; do sleep 1; done",
+        );
+        let id = cri::create_start(&mut rt, &pod, &c).await?;
+        cri::wait_log(&pod.log_of(&c), 20, |l| l.iter().any(|x| x == "children")).await?;
+        let dir = cgroup::container_dir(&d.cgroup_parent(), &id);
+        let before = procs(&dir);
+        ensure!(before.len() >= 3, "{dir}: processes {before:?}");
+        let took = cri::stop(&mut rt, &id, 1).await?;
+        eprintln!(
+            "stop with a 1 s grace: {took:?} ({} ms past the deadline)",
+            took.saturating_sub(Duration::from_secs(1)).as_millis()
+        );
+        ensure!(
+            took >= Duration::from_secs(1),
+            "stopped before the deadline: {took:?}"
+        );
+        cri::check_exit(&cri::status(&mut rt, &id).await?, 137, "Error")?;
+        let gone = wait_until(10, || {
+            before
+                .iter()
+                .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        });
+        ensure!(gone, "processes of {id} survive: {:?}", procs(&dir));
+        let log = d.log();
+        let by_cgroup_kill = log.contains("stop: cgroup.kill");
+        ensure!(
+            by_cgroup_kill == cgroup::unified(),
+            "cgroup.kill used: {by_cgroup_kill}, on a v2 host: {}",
+            cgroup::unified()
+        );
+        cri::remove_pod(&mut rt, &pod.id).await
+    })
 }
 
 /// StartContainer and ExecSync each first write the daemon into the cgroup it is already in

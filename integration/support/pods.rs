@@ -7,6 +7,7 @@ use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::core::v1::{ContainerStateWaiting, ContainerStatus, Pod, PodCondition};
 
 use super::cri;
+use super::manifest::{busybox, PodManifest};
 use super::Daemon;
 
 /// A daemon for supervised-pod tests: `[pod]` dirs and the cgroup parent under its scratch
@@ -29,15 +30,22 @@ pub fn node_daemon_after(
     node: &str,
     before: impl FnOnce(&std::path::Path) -> Result<()>,
 ) -> Result<Daemon> {
-    let config = format!(
+    let config = supervisor_config(backoff_max, extra, node);
+    let d = cri::daemon_after(&config, before)?;
+    cri::import(&d, "busybox")?;
+    Ok(d)
+}
+
+/// The config of a daemon for supervised-pod tests: `[pod]` dirs and the cgroup parent under
+/// its scratch dir, back-off from 1 s up to `backoff_max` s, `extra` top-level keys, `node` as
+/// its `[node]` keys (pod cgroups always below the daemon's own cgroup parent).
+pub fn supervisor_config(backoff_max: u64, extra: &str, node: &str) -> String {
+    format!(
         "default_cgroup_parent = \"@CGROUP@\"\n{extra}\n[pod]\nlog_dir = \"@DIR@/pod-logs\"\n\
          configmap_dir = \"@DIR@/configmaps\"\nsecret_dir = \"@DIR@/secrets\"\n\
          manifest_dir = \"@DIR@/manifests\"\nbackoff_initial_secs = 1\nbackoff_max_secs = {backoff_max}\n\
          [node]\ncgroup_root = \"@CGROUP@\"\npriority_class_dir = \"@DIR@/priorityclasses\"\n{node}\n"
-    );
-    let d = cri::daemon_after(&config, before)?;
-    cri::import(&d, "busybox")?;
-    Ok(d)
+    )
 }
 
 /// The busybox test image reference.
@@ -282,4 +290,16 @@ pub fn marker(path: &std::path::Path, label: &str) -> Result<f64> {
             (k == label).then(|| v.trim().parse::<f64>().ok()).flatten()
         })
         .with_context(|| format!("no {label} in {}:\n{text}", path.display()))
+}
+
+/// A pod `name` with restartPolicy `policy` whose container writes a termination message and
+/// exits `code` after half a second.
+pub fn one_shot(name: &str, policy: &str, code: i32) -> String {
+    PodManifest::new(name)
+        .restart_policy(policy)
+        .grace(1)
+        .container(busybox("main").sh(&format!(
+            "sleep 0.5; echo bye > /dev/termination-log; exit {code}"
+        )))
+        .yaml()
 }

@@ -1,0 +1,37 @@
+//! The CRI RuntimeService over the socket with real runc: `cri::` trials.
+
+pub mod conform;
+mod containers;
+mod deferred;
+mod events;
+mod exec;
+mod features;
+mod hostile;
+mod images;
+mod network;
+mod pods;
+mod recovery;
+mod spare;
+mod stats;
+mod stop;
+mod streaming;
+pub mod userns;
+
+trials! {
+    pods,
+    containers,
+    deferred,
+    spare,
+    conform,
+    stop,
+    streaming,
+    exec,
+    events,
+    images,
+    network,
+    recovery,
+    stats,
+    features,
+    userns,
+    hostile,
+}
