@@ -43,13 +43,20 @@ fn pulled_bytes() -> Result<()> {
         }
         Ok::<_, anyhow::Error>(())
     })?;
-    let text = scrape(&d)?;
+    // A call is counted once its response has been sent: the client may see the answer of the
+    // second pull an instant before the server's layer counts it, so wait briefly for it.
+    let pulls = "bosun_cri_requests_total{service=\"runtime.v1.ImageService\",method=\"PullImage\",code=\"OK\"}";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut text = scrape(&d)?;
+    while sample(&text, pulls) != Some(2.0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        text = scrape(&d)?;
+    }
     let got = sample(&text, "bosun_image_pull_bytes_total");
     ensure!(
         got == Some(layers as f64),
         "bosun_image_pull_bytes_total {got:?}, want {layers}:\n{text}"
     );
-    let pulls = "bosun_cri_requests_total{service=\"runtime.v1.ImageService\",method=\"PullImage\",code=\"OK\"}";
     ensure!(
         sample(&text, pulls) == Some(2.0),
         "{pulls} is not 2 in\n{text}"
