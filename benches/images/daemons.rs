@@ -57,8 +57,44 @@ impl Scratch {
     }
 }
 
+/// The cgroup a bosun daemon of this scratch dir uses as its node root: the dir's name.
+fn cgroup_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "bosun-bench-images".to_string())
+}
+
+/// Removes the empty cgroups named `name` at the top of every hierarchy (v1 and v2), deepest
+/// first; one that still holds a process is reported and kept.
+fn remove_cgroups(name: &str) {
+    let mut tops = vec![PathBuf::from("/sys/fs/cgroup").join(name)];
+    if let Ok(hs) = std::fs::read_dir("/sys/fs/cgroup") {
+        tops.extend(hs.flatten().map(|h| h.path().join(name)));
+    }
+    for top in tops.into_iter().filter(|t| t.is_dir()) {
+        let mut dirs = vec![top.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            if let Ok(rd) = std::fs::read_dir(&dirs[i]) {
+                dirs.extend(
+                    rd.flatten()
+                        .filter(|c| c.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|c| c.path()),
+                );
+            }
+            i += 1;
+        }
+        for d in dirs.iter().rev() {
+            if std::fs::remove_dir(d).is_err() {
+                eprintln!("images bench: cgroup {} left (not empty)", d.display());
+            }
+        }
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
+        remove_cgroups(&cgroup_name(self.path()));
         for mnt in mounts_below(self.path()) {
             eprintln!("images bench: unmounting leftover {}", mnt.display());
             let ok = Command::new("umount")
@@ -433,9 +469,14 @@ fn socket_of(kind: Kind, dir: &Path) -> PathBuf {
 }
 
 fn bosun_command(dir: &Path) -> anyhow::Result<Command> {
-    // An empty config file keeps a host /etc/bosun/config.toml out of the measurement.
+    // A config of our own keeps a host /etc/bosun/config.toml out of the measurement; the node
+    // cgroup root (where the daemon makes its QoS levels at start) is named after the scratch
+    // dir, whose drop removes it.
     let config = dir.join("config.toml");
-    std::fs::write(&config, "")?;
+    std::fs::write(
+        &config,
+        format!("[node]\ncgroup_root = \"/{}\"\n", cgroup_name(dir)),
+    )?;
     let mut cmd = Command::new(BOSUN);
     cmd.arg("--socket")
         .arg(dir.join("bosun.sock"))

@@ -37,6 +37,11 @@ const IDLE_AFTER: Duration = Duration::from_secs(2);
 /// Every temp dir of this bench starts with this, so leftovers can be found by name.
 pub const MARK: &str = "bosun-bench-pods";
 
+/// The bosun daemon's node cgroup root (`[node] cgroup_root`): the daemon makes its QoS
+/// hierarchy (`kubepods`, `burstable`, `besteffort`) there at start, as a kubelet does, and
+/// leaves it for the next start; below `/MARK-*`, the leftover pass removes it.
+pub const NODE_CGROUP: &str = "bosun-bench-pods-node";
+
 /// Polls `f` every 20 ms until it is true or `limit` passes.
 pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -407,7 +412,7 @@ fn bosun_command(dir: &Path) -> anyhow::Result<Command> {
     std::fs::write(
         &config,
         format!(
-            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\nname = {BOSUN_NETWORK:?}\nbridge = {BOSUN_BRIDGE:?}\nsubnet = \"10.252.0.0/16\"\ndata_dir = {:?}\nmasquerade = false\ndefault_route = false\n\n[pod]\nlog_dir = {:?}\nconfigmap_dir = {:?}\nsecret_dir = {:?}\n\n[node]\neviction_hard = {{}}\n",
+            "[network]\nconf_dir = {:?}\nbin_dirs = [{:?}]\nname = {BOSUN_NETWORK:?}\nbridge = {BOSUN_BRIDGE:?}\nsubnet = \"10.252.0.0/16\"\ndata_dir = {:?}\nmasquerade = false\ndefault_route = false\n\n[pod]\nlog_dir = {:?}\nconfigmap_dir = {:?}\nsecret_dir = {:?}\n\n[node]\neviction_hard = {{}}\ncgroup_root = \"/{NODE_CGROUP}\"\n",
             conf_dir.display().to_string(),
             bin_dir.display().to_string(),
             dir.join("ipam").display().to_string(),
