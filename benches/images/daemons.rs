@@ -471,11 +471,24 @@ fn socket_of(kind: Kind, dir: &Path) -> PathBuf {
 fn bosun_command(dir: &Path) -> anyhow::Result<Command> {
     // A config of our own keeps a host /etc/bosun/config.toml out of the measurement; the node
     // cgroup root (where the daemon makes its QoS levels at start) is named after the scratch
-    // dir, whose drop removes it.
+    // dir, whose drop removes it. No pod runs here: a loopback-only CNI config keeps the
+    // daemon off the embedded network, which is one daemon's (a second bosun daemon started
+    // beside the first, as many_images does, would be refused) and would leave its bridge and
+    // lease directory on the host.
+    let conf_dir = dir.join("cni-conf");
+    std::fs::create_dir_all(&conf_dir)?;
+    std::fs::write(
+        conf_dir.join("10-loopback.conflist"),
+        r#"{"cniVersion": "1.0.0", "name": "bench-lo", "plugins": [{"type": "loopback"}]}"#,
+    )?;
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
-        format!("[node]\ncgroup_root = \"/{}\"\n", cgroup_name(dir)),
+        format!(
+            "[network]\nconf_dir = {:?}\n\n[node]\ncgroup_root = \"/{}\"\n",
+            conf_dir.display().to_string(),
+            cgroup_name(dir)
+        ),
     )?;
     let mut cmd = Command::new(BOSUN);
     cmd.arg("--socket")
