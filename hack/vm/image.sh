@@ -28,6 +28,7 @@ PACKAGES=(
   crun        # the second runtime handler (issue 29)
   criu        # checkpoint/restore (issue 29): criu check passes on the guest's 6.1 kernel
   podman catatonit uidmap fuse-overlayfs slirp4netns   # kind-style node containers (issue 27)
+  apparmor sudo  # apparmor_parser loads the runtime-default profile; critest loads its test profiles with sudo (issue 31)
 )
 
 die() { echo "vm image: $*" >&2; exit 1; }
