@@ -191,24 +191,69 @@ impl Claim {
 }
 
 impl Drop for Claim {
+    /// Removes the claim; the last one out removes the registry too (leave the node as found).
     fn drop(&mut self) {
+        let Some(dir) = self.path.parent() else {
+            return;
+        };
+        let registry = registry_lock(dir);
         let _ = std::fs::remove_file(&self.path);
+        if registry.is_ok() {
+            remove_if_unused(dir);
+        }
     }
 }
 
-/// The registry's own lock, held while a claim is checked and written.
+/// The registry's lock file, in its directory.
+const LOCK_FILE: &str = ".lock";
+
+/// The registry's own lock, held while a claim is checked, written or removed.
 fn registry_lock(dir: &Path) -> Result<File> {
-    std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
-    let path = dir.join(".lock");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .ctx(|| format!("open {}", path.display()))?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Error::internal(format!("lock {}: {e}", path.display())))?;
-    Ok(file)
+    let path = dir.join(LOCK_FILE);
+    // The last claim's owner removes the lock file and the directory (under this lock): a
+    // lock taken meanwhile on the unlinked file guards nothing, so take the new one.
+    for _ in 0..100 {
+        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        let file = match OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).ctx(|| format!("open {}", path.display())),
+        };
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| Error::internal(format!("lock {}: {e}", path.display())))?;
+        if same_file(&file, &path) {
+            return Ok(file);
+        }
+    }
+    Err(Error::internal(format!(
+        "lock {}: removed under us again and again",
+        path.display()
+    )))
+}
+
+/// Whether `file` is still the one at `path`.
+fn same_file(file: &File, path: &Path) -> bool {
+    match (rustix::fs::fstat(file), rustix::fs::stat(path)) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
+    }
+}
+
+/// Removes the registry's lock file and directory when no claim is left in it (the caller
+/// holds the registry lock).
+fn remove_if_unused(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    if rd.flatten().all(|e| e.file_name() == LOCK_FILE) {
+        let _ = std::fs::remove_file(dir.join(LOCK_FILE));
+        let _ = std::fs::remove_dir(dir);
+    }
 }
 
 fn write_entry(file: &mut File, entry: &Entry) -> std::io::Result<()> {
@@ -370,6 +415,35 @@ mod tests {
     }
 
     #[test]
+    fn the_last_claim_out_removes_the_registry() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (reg, data) = (tmp.path().join("reg"), tmp.path().join("ipam"));
+        let a = Claim::take(
+            &reg,
+            &owner(&tmp.path().join("a")),
+            &plan("n1", "br1", "10.7.0.0/16", &data),
+        );
+        let b = Claim::take(
+            &reg,
+            &owner(&tmp.path().join("b")),
+            &plan("n2", "br2", "10.8.0.0/16", &data),
+        );
+        drop(a.expect("a"));
+        assert!(
+            reg.join(LOCK_FILE).exists(),
+            "b's claim still needs the registry"
+        );
+        drop(b.expect("b"));
+        assert!(!reg.exists(), "the registry outlived its last claim");
+        // A registry removed under a waiting locker: the new one is taken, not the old.
+        let first = registry_lock(&reg).expect("lock");
+        std::fs::remove_file(reg.join(LOCK_FILE)).expect("unlink");
+        let second = registry_lock(&reg).expect("lock again");
+        assert!(same_file(&second, &reg.join(LOCK_FILE)));
+        assert!(!same_file(&first, &reg.join(LOCK_FILE)));
+    }
+
+    #[test]
     fn a_killed_daemons_claim_is_stale() {
         let tmp = tempfile::tempdir().expect("tmp");
         let reg = tmp.path().join("reg");
@@ -378,7 +452,9 @@ mod tests {
         let claim = Claim::take(&reg, &a, &p).expect("a");
         let copy = std::fs::read(&claim.path).expect("read");
         drop(claim);
-        // What kill -9 leaves: the file, nobody holding its lock.
+        // What kill -9 leaves: the file, nobody holding its lock (and no drop removing the
+        // registry).
+        std::fs::create_dir_all(&reg).expect("registry");
         let stale = reg.join("0000000000000000.json");
         std::fs::write(&stale, copy).expect("write");
         let b = owner(&tmp.path().join("b"));
