@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
+use super::cri::is_rfc3339_nano;
 use super::{cgroup_dirs, remove_cgroups, runc_bin, scratch, wait_until};
 
 /// The binary under test (`BOSUN_MONITOR_BIN` to measure e.g. a release build).
@@ -40,24 +41,6 @@ pub fn parse_records(text: &str) -> Result<Vec<Record>> {
         out.push(rec(stream, tag, content));
     }
     Ok(out)
-}
-
-pub fn is_rfc3339_nano(ts: &str) -> bool {
-    let Some(rest) = ts.strip_suffix('Z') else {
-        return false;
-    };
-    let (secs, frac) = rest.split_at(rest.len().min(19));
-    let shape = secs.bytes().enumerate().all(|(i, c)| match i {
-        4 | 7 => c == b'-',
-        10 => c == b'T',
-        13 | 16 => c == b':',
-        _ => c.is_ascii_digit(),
-    });
-    let frac_ok = frac.is_empty()
-        || frac.strip_prefix('.').is_some_and(|d| {
-            (1..=9).contains(&d.len()) && d.bytes().all(|c| c.is_ascii_digit()) && !d.ends_with('0')
-        });
-    secs.len() == 19 && shape && frac_ok
 }
 
 #[derive(Debug)]
