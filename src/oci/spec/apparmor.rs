@@ -171,6 +171,24 @@ fn write_and_load(dir: &Path, parser: &Path) -> std::result::Result<PathBuf, Str
     Ok(file)
 }
 
+/// A Localhost profile's name (`localhost/` stripped): InvalidArgument when empty,
+/// FailedPrecondition naming it when AppArmor is off (`enabled` false).
+pub fn localhost_name<'a>(object: &str, name: &'a str, enabled: bool) -> Result<&'a str> {
+    let name = name.strip_prefix("localhost/").unwrap_or(name);
+    if name.is_empty() {
+        return Err(Error::invalid(format!(
+            "{object}: security_context.apparmor: a Localhost profile needs a name"
+        )));
+    }
+    if !enabled {
+        return Err(Error::precondition(format!(
+            "{object}: security_context.apparmor: profile {name:?} is required but AppArmor \
+             is not enabled on this host"
+        )));
+    }
+    Ok(name)
+}
+
 /// CreateContainer's AppArmor check, before anything is made: a Localhost profile needs
 /// AppArmor on the host and must be loaded in the kernel (`loaded` lists the names, read only
 /// when needed), as containerd checks; so must the runtime-default profile a container would
@@ -189,21 +207,7 @@ pub fn check(
             Some(name) => name,
             None => return Ok(()),
         },
-        SecurityProfile::Localhost(name) => {
-            let name = name.strip_prefix("localhost/").unwrap_or(name);
-            if name.is_empty() {
-                return Err(Error::invalid(format!(
-                    "{object}: security_context.apparmor: a Localhost profile needs a name"
-                )));
-            }
-            if !enabled {
-                return Err(Error::precondition(format!(
-                    "{object}: security_context.apparmor: profile {name:?} is required but \
-                     AppArmor is not enabled on this host"
-                )));
-            }
-            name
-        }
+        SecurityProfile::Localhost(name) => localhost_name(object, name, enabled)?,
     };
     let text = loaded().map_err(|e| {
         Error::precondition(format!(
