@@ -72,7 +72,7 @@ fn localhost_must_be_loaded_and_apparmor_on() {
     check("c", &prefixed, true, None, list).expect("prefix stripped, spaces kept");
 
     let missing = sec(SecurityProfile::Localhost("not-loaded".into()), false);
-    let e = check("c", &missing, true, None, list).unwrap_err();
+    let e = check("c", &missing, true, None, list).expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
     assert!(
         e.to_string().contains("\"not-loaded\" is not loaded"),
@@ -83,7 +83,7 @@ fn localhost_must_be_loaded_and_apparmor_on() {
     let privileged = sec(SecurityProfile::Localhost("not-loaded".into()), true);
     assert!(check("c", &privileged, true, None, list).is_err());
 
-    let e = check("c", &missing, false, None, unread).unwrap_err();
+    let e = check("c", &missing, false, None, unread).expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
     assert!(
         e.to_string().contains("\"not-loaded\"") && e.to_string().contains("not enabled"),
@@ -91,13 +91,13 @@ fn localhost_must_be_loaded_and_apparmor_on() {
     );
 
     let empty = sec(SecurityProfile::Localhost("localhost/".into()), false);
-    let e = check("c", &empty, true, None, unread).unwrap_err();
+    let e = check("c", &empty, true, None, unread).expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
 
     let e = check("c", &ok, true, None, || {
         Err(std::io::Error::other("denied"))
     })
-    .unwrap_err();
+    .expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
     assert!(e.to_string().contains("denied"), "{e}");
 }
@@ -113,7 +113,7 @@ fn runtime_default_is_checked_only_when_a_profile_applies() {
     check("c", &unconfined, true, Some("gone"), unread).expect("unconfined");
 
     check("c", &rd, true, Some("bosun-default"), list).expect("loaded");
-    let e = check("c", &rd, true, Some("gone"), list).unwrap_err();
+    let e = check("c", &rd, true, Some("gone"), list).expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
     assert!(e.to_string().contains("restart bosun"), "{e}");
 }
@@ -121,12 +121,12 @@ fn runtime_default_is_checked_only_when_a_profile_applies() {
 #[test]
 fn write_and_load_writes_the_text_and_reports_a_failing_parser() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = write_and_load(dir.path(), Path::new("/bin/false")).unwrap_err();
+    let e = write_and_load(dir.path(), Path::new("/bin/false")).expect_err("refused");
     assert!(e.contains("failed"), "{e}");
     let text = std::fs::read_to_string(dir.path().join(DEFAULT_PROFILE)).expect("written");
     assert_eq!(text, profile_text(DEFAULT_PROFILE));
     // Only the profile is left: the temporary file was renamed.
     assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
-    let e = write_and_load(dir.path(), Path::new("/no/such/parser")).unwrap_err();
+    let e = write_and_load(dir.path(), Path::new("/no/such/parser")).expect_err("refused");
     assert!(e.contains("run /no/such/parser"), "{e}");
 }
