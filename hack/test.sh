@@ -21,6 +21,7 @@ VM_SUBSET=(
   faults::run_pod_sandbox_fails_cleanly_at_every_step
   faults::create_container_fails_cleanly_at_every_step
   faults::a_daemon_
+  cri::apparmor::
 )
 
 echo "== cargo fmt --check"

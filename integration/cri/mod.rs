@@ -1,5 +1,6 @@
 //! The CRI RuntimeService over the socket with real runc: `cri::` trials.
 
+mod apparmor;
 pub mod conform;
 mod containers;
 mod deferred;
@@ -34,4 +35,5 @@ trials! {
     features,
     userns,
     hostile,
+    apparmor,
 }

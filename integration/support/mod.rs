@@ -69,6 +69,9 @@ pub enum Need {
     CgroupV2,
     /// systemd as PID 1 on the unified cgroup hierarchy (the VM lane's guest: hack/vm).
     SystemdV2,
+    /// AppArmor enabled in the kernel and `apparmor_parser` installed (the VM lane's guest; not
+    /// this CI host): bosun loads its runtime-default profile, the test loads its own.
+    AppArmor,
     /// A machine as fast as the test's timing assumes ([`time_scale`] 1): the test tells
     /// intervals a second or two apart, or needs a rate only such a machine reaches, which a
     /// slower lane cannot (and must not pass blind).
@@ -135,6 +138,12 @@ fn unmet(need: Need) -> Option<String> {
         }
         // Every test that runs containers runs them with the chosen cgroup driver.
         Need::Runc => cgroup::driver_unmet(),
+        Need::AppArmor if !apparmor_enabled() => Some(
+            "needs AppArmor enabled in the kernel (runs in the VM lane: hack/vm/run.sh)".into(),
+        ),
+        Need::AppArmor if bosun::oci::apparmor::find_parser().is_none() => {
+            Some("needs apparmor_parser (apt-get install apparmor)".into())
+        }
         Need::Punctual if time_scale() > 1 => Some(format!(
             "needs a machine as fast as its timing assumes; this lane runs {}x slower \
              (BOSUN_TEST_TIME_SCALE), the host run checks it",
@@ -200,6 +209,12 @@ fn unmet(need: Need) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// AppArmor is enabled in this kernel.
+pub fn apparmor_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.starts_with('Y'))
 }
 
 /// The Python of the venv with grpcio: `$BOSUN_GRPCIO_PYTHON`, else

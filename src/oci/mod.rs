@@ -10,7 +10,7 @@ pub mod spec;
 
 // The spec builder's modules that other rooms name, at the paths they had before `spec/`.
 pub(crate) use spec::mounts;
-pub use spec::{caps, host, request, resources, stage, userns};
+pub use spec::{apparmor, caps, host, request, resources, stage, userns};
 
 pub use host::HostFacts;
 pub use launch::{

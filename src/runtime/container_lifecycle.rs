@@ -37,6 +37,13 @@ impl Runtime {
         let sandbox = self.sandbox(sandbox_id)?;
         let cpus = crate::oci::resources::HostCpus::detect();
         super::validate::container(&new, sandbox.meta(), &cpus)?;
+        crate::oci::apparmor::check(
+            &format!("container config {:?}", name),
+            &new.request.linux.security,
+            self.host.apparmor,
+            self.host.apparmor_default_profile.as_deref(),
+            || std::fs::read_to_string(crate::oci::apparmor::PROFILES_FILE),
+        )?;
         let lock = self.sandbox_lock(sandbox.id());
         let _guard = lock.read().await;
         let st = sandbox.status().state();

@@ -64,6 +64,20 @@ impl Runtime {
         let t = std::time::Instant::now();
         host = tokio::task::spawn_blocking(move || {
             host.probe_extensions(&runtime, Path::new("/proc/self/exe"), &store);
+            if host.apparmor {
+                let t = std::time::Instant::now();
+                let p = crate::oci::apparmor::load_default(&store.join("apparmor"));
+                match &p.name {
+                    Some(name) => tracing::info!(
+                        profile = %name,
+                        ms = t.elapsed().as_millis() as u64,
+                        "AppArmor runtime-default profile: {}",
+                        p.message
+                    ),
+                    None => tracing::warn!("AppArmor runtime-default profile: {}", p.message),
+                }
+                (host.apparmor_default_profile, host.apparmor_message) = (p.name, p.message);
+            }
             host
         })
         .await

@@ -19,7 +19,8 @@ pub(super) async fn version(_req: pb::VersionRequest) -> Result<pb::VersionRespo
     })
 }
 
-/// Status: the runtime and network conditions; verbose adds config, version, network, streaming.
+/// Status: the runtime and network conditions; verbose adds config, version, network, AppArmor
+/// (`apparmor`: enabled, the runtime-default profile, how it was loaded), streaming.
 pub(super) async fn status(cri: &CriRuntime, req: pb::StatusRequest) -> Result<pb::StatusResponse> {
     let mut info = HashMap::new();
     if req.verbose {
@@ -30,6 +31,13 @@ pub(super) async fn status(cri: &CriRuntime, req: pb::StatusRequest) -> Result<p
             "name": net.name, "ready": net.ready, "reason": net.reason, "message": net.message,
         });
         info.insert("network".to_string(), network.to_string());
+        let host = cri.runtime.host();
+        let apparmor = serde_json::json!({
+            "enabled": host.apparmor,
+            "defaultProfile": host.apparmor_default_profile.as_deref().unwrap_or(""),
+            "message": host.apparmor_message,
+        });
+        info.insert("apparmor".to_string(), apparmor.to_string());
         if let Some(s) = &cri.streaming {
             info.insert("streamingAddress".to_string(), s.addr().to_string());
         }

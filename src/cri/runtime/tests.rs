@@ -132,3 +132,18 @@ async fn update_runtime_config_records_the_pod_cidr_and_refuses_junk() {
         .expect("NetworkReady");
     assert!(net.status, "{net:?}");
 }
+
+#[tokio::test]
+async fn verbose_status_says_what_apparmor_gives_containers() {
+    let (_dir, cri) = service();
+    let st = cri
+        .status(Request::new(pb::StatusRequest { verbose: true }))
+        .await
+        .expect("status")
+        .into_inner();
+    let info = st.info.get("apparmor").expect("apparmor in verbose info");
+    let v: serde_json::Value = serde_json::from_str(info).expect("JSON");
+    assert_eq!(v["enabled"], false, "{v}");
+    assert_eq!(v["defaultProfile"], "", "{v}");
+    assert!(v["message"].is_string(), "{v}");
+}

@@ -30,8 +30,11 @@ pub struct HostFacts {
     pub hugetlb: bool,
     /// AppArmor is enabled (`/sys/module/apparmor/parameters/enabled` is `Y`).
     pub apparmor: bool,
-    /// Name of the loaded runtime-default AppArmor profile; `None` until the daemon loads one.
+    /// Name of the loaded runtime-default AppArmor profile; `None` until the daemon loads one
+    /// ([`crate::oci::apparmor::load_default`] at start).
     pub apparmor_default_profile: Option<String>,
+    /// How the runtime-default profile was loaded, or why there is none (Status says it).
+    pub apparmor_message: String,
     /// Mounts can be made recursively read-only: by the OCI runtime (`rro`, runc ≥ 1.2) or
     /// staged on the host with `mount_setattr` (Linux 5.12).
     pub recursive_read_only: bool,
@@ -62,6 +65,7 @@ impl Default for HostFacts {
             hugetlb: false,
             apparmor: false,
             apparmor_default_profile: None,
+            apparmor_message: "not probed".to_string(),
             recursive_read_only: false,
             user_namespaces: false,
             user_namespaces_why: "not probed".to_string(),
@@ -114,6 +118,11 @@ impl HostFacts {
             hugetlb,
             apparmor,
             apparmor_default_profile: None,
+            apparmor_message: if apparmor {
+                "not loaded yet".to_string()
+            } else {
+                "AppArmor is not enabled on this host: containers run unconfined".to_string()
+            },
             recursive_read_only: false,
             user_namespaces: false,
             user_namespaces_why: "not probed".to_string(),

@@ -5,6 +5,7 @@
 //! runtime's `features` through [`crate::oci::runc`]) and the mounts staged for what the runtime
 //! cannot do itself ([`stage`]).
 
+pub mod apparmor;
 mod build;
 pub mod caps;
 mod devices;

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use oci_spec::runtime::LinuxSeccomp;
 
 use crate::error::{Error, Result};
+use crate::oci::spec::apparmor::localhost_name;
 use crate::oci::spec::request::{Security, SecurityProfile};
 use crate::oci::spec::seccomp::{self, Target};
 
@@ -70,19 +71,8 @@ pub fn apparmor_profile(
             Ok(default_profile.map(String::from))
         }
         SecurityProfile::Localhost(name) => {
-            let name = name.strip_prefix("localhost/").unwrap_or(name);
-            if name.is_empty() {
-                return Err(Error::invalid(format!(
-                    "container {container}: AppArmor Localhost profile has no name"
-                )));
-            }
-            if !available {
-                return Err(Error::precondition(format!(
-                    "container {container}: AppArmor profile {name:?} is required but AppArmor \
-                     is not enabled on this host"
-                )));
-            }
-            Ok(Some(name.to_string()))
+            let object = format!("container {container}");
+            Ok(Some(localhost_name(&object, name, available)?.to_string()))
         }
     }
 }
