@@ -34,10 +34,10 @@ import tarfile
 import tempfile
 
 from testimages import (
-    CREATED, LABEL, MT_OCI_INDEX, REF_NAME, ConfigSpec, Entry, Image, Layer, ToolError,
-    add_parent_dirs, check_dynamic_busybox, d, descriptor, digest_hex, entry_tarinfo, expect,
-    extract_tar, f, gzip_bytes, host_file_entry, ldd_paths, make_manifest,
-    native_platform, remove_path, run, sort_key, symlink, to_json, HOST_BUSYBOX,
+    CREATED, HOST_BUSYBOX, LABEL, MT_OCI_INDEX, REF_NAME, ConfigSpec, Entry, Image, Layer,
+    ToolError, add_parent_dirs, check_dynamic_busybox, chroot_run, d, descriptor, digest_hex,
+    entry_tarinfo, expect, extract_tar, f, gzip_bytes, host_file_entry, ldd_paths, log,
+    make_manifest, native_platform, remove_path, run, sort_key, symlink, to_json,
 )
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,15 +161,16 @@ def nginx_layer(nginx_bin: str, listen: str) -> Layer:
     return ordered_layer(add_parent_dirs(entries))
 
 
-def nnp_layer(work: str) -> Layer:
-    src, out = os.path.join(work, "nnp.c"), os.path.join(work, "nnp")
-    with open(src, "w") as fh:
-        fh.write(NNP_C)
-    proc = run(["gcc", "-static", "-O2", "-o", out, src])
-    if proc.returncode != 0:
-        raise ToolError(f"gcc -static nnp.c failed (build-essential): {proc.stderr}")
-    with open(out, "rb") as fh:
-        data = fh.read()
+def nnp_layer() -> Layer:
+    with tempfile.TemporaryDirectory(prefix="bosun-nnp-") as tmp:
+        src, out = os.path.join(tmp, "nnp.c"), os.path.join(tmp, "nnp")
+        with open(src, "w") as fh:
+            fh.write(NNP_C)
+        proc = run(["gcc", "-static", "-O2", "-o", out, src])
+        if proc.returncode != 0:
+            raise ToolError(f"gcc -static nnp.c failed (build-essential): {proc.stderr}")
+        with open(out, "rb") as fh:
+            data = fh.read()
     return ordered_layer(add_parent_dirs([f("usr/local/bin/nnp", data, 0o4755)]))
 
 
@@ -189,13 +190,13 @@ def httpd_layer() -> Layer:
     return ordered_layer(add_parent_dirs([f("usr/local/apache2/htdocs/index.html", html)]))
 
 
-def catalogue(work: str) -> tuple[list[tuple[str, ConfigSpec, list[Layer], list[str]]], str]:
+def catalogue() -> tuple[list[tuple[str, ConfigSpec, list[Layer], list[str]]], str]:
     """(layout name, config, layers, upstream references) of every critest image, and the
     busybox version."""
     version = check_dynamic_busybox()
     bb = busybox_layer()
     verify_busybox(bb)
-    with tempfile.TemporaryDirectory(prefix="bosun-nginx-", dir=work) as tmp:
+    with tempfile.TemporaryDirectory(prefix="bosun-nginx-") as tmp:
         subprocess.run(["dpkg-deb", "-x", nginx_deb(), tmp], check=True)
         nginx80 = nginx_layer(os.path.join(tmp, "usr/sbin/nginx"), "80")
         nginx12003 = nginx_layer(os.path.join(tmp, "usr/sbin/nginx"), "127.0.0.1:12003")
@@ -210,7 +211,7 @@ def catalogue(work: str) -> tuple[list[tuple[str, ConfigSpec, list[Layer], list[
          [f"{G}/hostnet-nginx-{arch}:latest", f"{G}/hostnet-nginx:latest"]),
         ("httpd", ConfigSpec(["sh", "-c", HTTPD_CMD]), [bb, httpd_layer()],
          [f"{E}/httpd:2.4.39-4"]),
-        ("nonewprivs", ConfigSpec(["/usr/local/bin/nnp"]), [bb, nnp_layer(work)],
+        ("nonewprivs", ConfigSpec(["/usr/local/bin/nnp"]), [bb, nnp_layer()],
          [f"{E}/nonewprivs:1.3"]),
         ("test-image-user-uid", ConfigSpec(["sh"], user="1002"), [bb],
          [f"{G}/test-image-user-uid:latest"]),
@@ -255,7 +256,7 @@ def build(out_dir: str) -> None:
     out_dir = os.path.abspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     native = native_platform()
-    images, version = catalogue(out_dir)
+    images, version = catalogue()
     summary = {"generated_by": "hack/testimages.py build-critest", "created": CREATED,
                "busybox_version": version, "images": {}}
     for name, spec, layers, refs in images:
@@ -282,13 +283,12 @@ def registry_path(ref: str) -> tuple[str, str]:
 def verify_busybox(layer: Layer) -> None:
     """Runs the layer's sh, ls, id, pgrep and ipcs with chroot (root only)."""
     if os.geteuid() != 0:
-        print("warning: not root: skipping the chroot check of critest's busybox layer")
+        log("warning: not root: skipping the chroot check of critest's busybox layer")
         return
     with tempfile.TemporaryDirectory(prefix="bosun-critest-bb-") as tmp:
         extract_tar(layer.tar, tmp)
-        out = run(["chroot", tmp, "/bin/sh", "-c",
-                   "echo ok; id www-data; pgrep -x sh; ipcs -m >/dev/null && echo ipcs-ok"])
-        text = out.stdout + out.stderr
+        script = "echo ok; id www-data; pgrep -x sh; ipcs -m >/dev/null && echo ipcs-ok"
+        text = chroot_run(tmp, "/bin/sh", "-c", script)
         expect(text.startswith("ok\n"), "critest busybox sh does not run under chroot", text)
         expect("uid=33(www-data) gid=33(www-data)" in text, "www-data does not resolve", text)
         expect("ipcs-ok" in text, "ipcs does not run", text)
