@@ -67,6 +67,7 @@ http:
   addr: 127.0.0.1:5000
   secret: bosun-critest
 EOF
+setup_started=$(date +%s)
 docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 reg_pid=$!
 pushed=
@@ -83,7 +84,7 @@ if [ -z "$pushed" ]; then
   echo "test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out (critest setup)"
   exit 1
 fi
-echo "== critest: $(grep -c '^pushed ' "$work/push.log") image refs on 127.0.0.1:5000; $critest"
+echo "== critest: $(grep -c '^pushed ' "$work/push.log") image refs on 127.0.0.1:5000 ($(( $(date +%s) - setup_started )) s); $critest"
 printf 'defaultTestContainerImage: registry.k8s.io/e2e-test-images/busybox:1.29-2\nwebServerTestImage: registry.k8s.io/e2e-test-images/nginx:1.14-2\n' \
   >"$work/test-images.yaml"
 
@@ -180,7 +181,7 @@ EOF
     echo "  critest exit $rc; its log's last lines:"
     tail -n 30 "$dir/critest.log" | sed 's/^/    /'
     echo "  the daemon's last lines:"
-    tail -n 20 "$dir/daemon.log" | sed 's/^/    /'
+    tail -n 8 "$dir/daemon.log" | sed 's/^/    /'
     result=FAILED
   else
     result=ok
