@@ -16,6 +16,10 @@
 # bytes, which no offline build can reproduce. It fails, is named in the summary as known, and
 # is counted as ignored in the `test result:` line; any other failed spec fails the run.
 set -u
+
+# One function, read whole before it runs: editing this file during a run cannot derail it.
+main() {
+
 drivers="cgroupfs systemd"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -214,3 +218,6 @@ done
 echo "== critest summary"
 printf '%s' "$summary"
 exit "$status"
+}
+
+main "$@"
