@@ -3,7 +3,8 @@
 # installs the system packages the tests use, checks the preinstalled Rust
 # toolchain, stops the package-started registry/containerd services (tests
 # start their own instances), builds the offline test images into
-# ./test-images and the VM lane's guest image (hack/vm). Safe to run again.
+# ./test-images (critest's in ./test-images/critest) and the VM lane's guest image
+# (hack/vm). Safe to run again.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -95,6 +96,12 @@ fi
 # The grpc.health.v1 server of the grpc-health test image (grpc probe tests and examples/grpc.yaml).
 cargo build --release --example grpc-health
 python3 hack/testimages.py build --out test-images
+# critest's images (the VM lane runs critest): their nginx is Debian's, fetched, never installed.
+if ! ls target/debs/nginx_*.deb >/dev/null 2>&1; then
+  mkdir -p target/debs
+  (cd target/debs && apt-get download nginx)
+fi
+python3 hack/testimages.py build-critest --out test-images/critest
 # The VM lane's guest (Debian 12, systemd, cgroup v2), cached under /var/cache/bosun-vm.
 vm_image=$(bash hack/vm/image.sh)
 

@@ -11,6 +11,8 @@ runs on the same machine (they change when Debian's busybox or libc change).
     hack/testimages.py build --out test-images
     hack/testimages.py push --dir test-images --registry 127.0.0.1:5055 \\
         [--user U --password P] [--prefix bosun] [--only busybox,layered]
+    hack/testimages.py build-critest --out test-images/critest   (hack/critest_images.py)
+    hack/testimages.py push --by-ref --dir test-images/critest --registry 127.0.0.1:5000
 
 `build` writes, for each image NAME:
     DIR/NAME/            an OCI image layout (ref name "latest")
@@ -22,7 +24,9 @@ types, configs, index children, expected results) for the tests to read.
 
 `push` uploads every OCI layout under DIR to a Docker distribution v2 registry
 over plain HTTP as <prefix>/<NAME>:latest (monolithic blob uploads, child
-manifests of an index pushed by digest first, optional Basic auth).  HTTP
+manifests of an index pushed by digest first, optional Basic auth); with
+`--by-ref`, each layout's ref names are full references and each is pushed as
+REPOSITORY:TAG with its registry host dropped (critest's images).  HTTP
 proxies from the environment are ignored: the registry is a local test one.
 
 Only the Python standard library is used; `build` also needs the `zstd` CLI
@@ -52,6 +56,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any, Iterable
+
+# hack/critest_images.py imports this file as `testimages`: one module, one ToolError.
+sys.modules.setdefault("testimages", sys.modules[__name__])
 
 # --------------------------------------------------------------------------
 # Constants
@@ -1068,9 +1075,14 @@ def push_manifest_tree(reg: Registry, layout: Layout, repo: str, desc: dict,
     reg.put_manifest(repo, ref, media_type, data)
 
 
-def push_layout(reg: Registry, layout: Layout, prefix: str) -> None:
-    repo = f"{prefix}/{layout.name}" if prefix else layout.name
-    for ref, desc in layout.tagged():
+def push_layout(reg: Registry, layout: Layout, prefix: str, by_ref: bool = False) -> None:
+    for name, desc in layout.tagged():
+        if by_ref:
+            from critest_images import registry_path
+            repo, ref = registry_path(name)
+        else:
+            repo = f"{prefix}/{layout.name}" if prefix else layout.name
+            ref = name
         push_manifest_tree(reg, layout, repo, desc, ref)
         got = reg.manifest_digest(repo, ref, desc["mediaType"])
         if got and got != desc["digest"]:
@@ -1086,7 +1098,12 @@ def cmd_push(args: argparse.Namespace) -> None:
     reg = Registry(args.registry, args.user, args.password, args.tls_ca)
     reg.ping()
     for layout in layouts:
-        push_layout(reg, layout, args.prefix.strip("/"))
+        push_layout(reg, layout, args.prefix.strip("/"), args.by_ref)
+
+
+def cmd_build_critest(args: argparse.Namespace) -> None:
+    from critest_images import build
+    build(args.out)
 
 
 # --------------------------------------------------------------------------
@@ -1107,7 +1124,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     push.add_argument("--prefix", default="bosun")
     push.add_argument("--only", metavar="NAME,...")
     push.add_argument("--tls-ca", metavar="PEM", help="push over HTTPS trusting this CA")
+    push.add_argument("--by-ref", action="store_true",
+                      help="push each ref name (HOST/REPO:TAG) as REPO:TAG (critest's images)")
     push.set_defaults(func=cmd_push)
+    critest = sub.add_parser("build-critest", help="build critest's images into DIR")
+    critest.add_argument("--out", required=True, metavar="DIR")
+    critest.set_defaults(func=cmd_build_critest)
     return parser.parse_args(argv)
 
 

@@ -1,0 +1,223 @@
+#!/bin/sh
+# critest (cri-tools v1.32, the CRI validation suite) against bosun in the VM lane's guest, once
+# per cgroup driver (hack/vm/run.sh -- hack/vm/critest.sh), and one summary line per driver.
+#
+#   hack/vm/critest.sh [--drivers "cgroupfs systemd"] [CRITEST FLAG...]
+#
+# It starts Debian's docker-registry on the guest's 127.0.0.1:5000, pushes critest's images
+# there (test-images/critest, `hack/testimages.py build-critest`; $BOSUN_CRITEST_IMAGES), and per
+# driver starts the bosun built beside $BOSUN_IT with registry.k8s.io, gcr.io and docker.io
+# mirrored to it, its own socket, root, state, network and cgroups, runs critest on its socket
+# (every spec; critest itself skips the 5 benchmark specs), then removes the pods and stops it.
+# critest: $BOSUN_CRITEST, else ../shared/bin/critest from the repository root, else PATH;
+# without it or the images: `SKIP critest: <reason>`, counted as ignored.
+#
+# Known and expected: the digest spec pulls test-image-digest@sha256:9700f9a2..., upstream's
+# bytes, which no offline build can reproduce. It fails, is named in the summary as known, and
+# is counted as ignored in the `test result:` line; any other failed spec fails the run.
+set -u
+
+# One function, read whole before it runs: editing this file during a run cannot derail it.
+main() {
+
+drivers="cgroupfs systemd"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --drivers) drivers="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
+KNOWN_OFFLINE='public image with digest should be pulled and removed'
+repo=$(pwd)
+export PYTHONDONTWRITEBYTECODE=1
+
+skip() {
+  echo "SKIP critest: $1"
+  echo "test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out (critest skipped)"
+  exit 0
+}
+critest=${BOSUN_CRITEST:-$repo/../shared/bin/critest}
+[ -x "$critest" ] || critest=$(command -v critest) ||
+  skip "needs critest in ../shared/bin (from the repository root), \$BOSUN_CRITEST or PATH"
+crictl=$(dirname "$critest")/crictl
+[ -x "$crictl" ] || crictl=$(command -v crictl || true)
+images=${BOSUN_CRITEST_IMAGES:-$repo/test-images/critest}
+[ -f "$images/images.json" ] ||
+  skip "needs critest's images in $images (hack/testimages.py build-critest, run by hack/setup.sh)"
+bosun=$(dirname "${BOSUN_IT:-/nonexistent/x}")/../bosun
+[ -x "$bosun" ] || skip "no bosun binary beside \$BOSUN_IT ($bosun): run through hack/vm/run.sh"
+
+work=$(mktemp -d /var/tmp/bosun-critest.XXXXXX)
+reg_pid=
+daemon_pid=
+cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null
+  [ -n "$reg_pid" ] && kill "$reg_pid" 2>/dev/null
+  wait 2>/dev/null
+}
+trap cleanup EXIT
+
+# The registry: plain HTTP on the guest's loopback only, storage in the run's dir.
+cat >"$work/registry.yml" <<EOF
+version: 0.1
+log:
+  level: error
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $work/registry
+http:
+  addr: 127.0.0.1:5000
+  secret: bosun-critest
+EOF
+setup_started=$(date +%s)
+docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+reg_pid=$!
+pushed=
+for _ in $(seq 50); do
+  if python3 hack/testimages.py push --by-ref --dir "$images" --registry 127.0.0.1:5000 \
+    >"$work/push.log" 2>&1; then
+    pushed=1
+    break
+  fi
+  sleep 0.2
+done
+if [ -z "$pushed" ]; then
+  echo "critest: pushing the images failed:"; tail -n 20 "$work/push.log" "$work/registry.log"
+  echo "test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out (critest setup)"
+  exit 1
+fi
+echo "== critest: $(grep -c '^pushed ' "$work/push.log") image refs on 127.0.0.1:5000 ($(( $(date +%s) - setup_started )) s); $critest"
+printf 'defaultTestContainerImage: registry.k8s.io/e2e-test-images/busybox:1.29-2\nwebServerTestImage: registry.k8s.io/e2e-test-images/nginx:1.14-2\n' \
+  >"$work/test-images.yaml"
+
+# Summarises critest's junit report: "P F S" then one "FAIL: spec" line per failed spec.
+summarise() {
+  python3 - "$1" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception as err:
+    print("0 0 0"); print(f"FAIL: [no junit report: {err}]"); sys.exit()
+passed = failed = skipped = 0; fails = []
+for tc in root.iter("testcase"):
+    name = tc.get("name", "")
+    bad = tc.find("failure") is not None or tc.find("error") is not None
+    if name.startswith("[") and "Suite]" in name.split(" ")[0]:
+        if bad: fails.append(name)   # ginkgo's suite nodes: not specs, but a failure shows
+        continue
+    if tc.find("skipped") is not None or tc.get("status") in ("skipped", "pending"):
+        skipped += 1
+    elif bad:
+        failed += 1; fails.append(name)
+    else:
+        passed += 1
+print(passed, failed, skipped)
+for name in fails: print("FAIL: " + name)
+EOF
+}
+
+status=0
+summary=""
+for driver in $drivers; do
+  dir="$work/$driver"
+  sock="$dir/bosun.sock"
+  mkdir -p "$dir/cni" "$dir/report"
+  if [ "$driver" = systemd ]; then parent=bosuncritest.slice; else parent=/bosuncritest; fi
+  cat >"$dir/config.toml" <<EOF
+socket = "$sock"
+root = "$dir/root"
+state = "/run/bosun-critest-$driver"
+cgroup_driver = "$driver"
+default_cgroup_parent = "$parent"
+
+[network]
+conf_dir = "$dir/cni"
+data_dir = "$dir/leases"
+
+[pod]
+log_dir = "$dir/pods"
+
+[node]
+cgroup_root = "/bosuncritest"
+
+[registry.hosts."registry.k8s.io"]
+mirrors = ["http://127.0.0.1:5000"]
+
+[registry.hosts."gcr.io"]
+mirrors = ["http://127.0.0.1:5000"]
+
+[registry.hosts."docker.io"]
+mirrors = ["http://127.0.0.1:5000"]
+
+[registry.hosts."127.0.0.1:5000"]
+plain_http = true
+EOF
+  echo "== critest driver $driver"
+  "$bosun" daemon --config "$dir/config.toml" >"$dir/daemon.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.2; done
+  started=$(date +%s)
+  "$critest" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
+    --test-images-file "$work/test-images.yaml" --report-dir "$dir/report" \
+    --ginkgo.junit-report "$dir/report/junit.xml" --ginkgo.no-color "$@" \
+    >"$dir/critest.log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - started ))
+  out=$(summarise "$dir/report/junit.xml")
+  counts=$(echo "$out" | head -n1)
+  passed=${counts%% *} skipped=${counts##* } failed=${counts#* }
+  failed=${failed%% *}
+  fails=$(echo "$out" | sed -n 's/^FAIL: //p')
+  known=$(echo "$fails" | grep -c -F "$KNOWN_OFFLINE")
+  other=$(echo "$fails" | grep -v -F "$KNOWN_OFFLINE" | grep -c .)
+  line="critest driver $driver: $passed passed, $failed failed, $skipped skipped ($secs s)"
+  echo "$line"
+  echo "$fails" | grep . | while read -r name; do
+    case "$name" in
+      *"$KNOWN_OFFLINE"*) echo "  failed (known: upstream's pinned digest, offline): $name" ;;
+      *) echo "  FAILED: $name" ;;
+    esac
+  done
+  if [ "$other" -gt 0 ] || { [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; }; then
+    status=1
+    echo "  critest exit $rc; its log's last lines:"
+    tail -n 30 "$dir/critest.log" | sed 's/^/    /'
+    echo "  the daemon's last lines:"
+    tail -n 8 "$dir/daemon.log" | sed 's/^/    /'
+    result=FAILED
+  else
+    result=ok
+  fi
+  summary="$summary$line
+"
+  # libtest's format, for hack/test.sh's closing line; the known digest spec counts as ignored.
+  echo "test result: $result. $passed passed; $((failed - known)) failed; $((skipped + known)) ignored; 0 measured; 0 filtered out (critest driver $driver)"
+
+  # Clean up: every pod critest left, then the daemon; then say what remains.
+  if [ -n "$crictl" ]; then
+    "$crictl" --runtime-endpoint "unix://$sock" rmp --all --force >/dev/null 2>&1
+  fi
+  kill "$daemon_pid" 2>/dev/null
+  wait "$daemon_pid" 2>/dev/null
+  daemon_pid=
+  left=$(
+    {
+      find /sys/fs/cgroup -path '*bosuncritest*' -name cgroup.procs -exec grep -l . {} + 2>/dev/null
+      grep " $dir/" /proc/mounts
+      ps -eo pid=,args= | grep -F "$dir/" | grep -v -E 'grep|ps -eo'
+    } | sed 's/^/    /'
+  )
+  if [ -n "$left" ]; then
+    echo "  critest driver $driver left behind:"; echo "$left"
+    summary="${summary}critest driver $driver: left pods behind (see above)
+"
+  fi
+done
+echo "== critest summary"
+printf '%s' "$summary"
+exit "$status"
+}
+
+main "$@"
