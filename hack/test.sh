@@ -40,7 +40,22 @@ status=${PIPESTATUS[0]}
 # daemons on one host. The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (docs/testing.md).
 echo "== VM lane (cgroup v2 + systemd)"
 if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null; then
-  hack/vm/run.sh -- hack/vm/suite.sh "${VM_SUBSET[@]}" 2>&1 | tee -a target/test.log
+  # In the same boot: the kind node test (hack/kind/lane-test.sh), with a node image of the
+  # bosun `cargo test` just built; it says SKIP without crictl (../shared/bin).
+  kind_args=()
+  shared_bin="$(readlink -f ../shared/bin 2>/dev/null || true)"
+  if node_image=$(hack/kind/build.sh 2>>target/test.log); then
+    kind_args=(--share "$(dirname "$node_image")")
+    [ -z "$shared_bin" ] || [ ! -d "$shared_bin" ] || kind_args+=(--share "$shared_bin")
+  else
+    echo "kind node image: hack/kind/build.sh failed (target/test.log)" | tee -a target/test.log
+    node_image=
+  fi
+  # shellcheck disable=SC2016
+  hack/vm/run.sh "${kind_args[@]}" --env "KIND_IMAGE=$node_image" --env "KIND_BIN=$shared_bin" -- sh -c '
+    hack/vm/suite.sh "$@"; s=$?
+    if [ -n "$KIND_IMAGE" ]; then hack/kind/lane-test.sh "$KIND_IMAGE" "$KIND_BIN" || s=1; else s=1; fi
+    exit $s' sh "${VM_SUBSET[@]}" 2>&1 | tee -a target/test.log
   vm_status=${PIPESTATUS[0]}
   [ "$vm_status" -eq 0 ] || status=$vm_status
 else
