@@ -111,7 +111,7 @@ if [ ! -x "$SHARED/kubelet" ]; then
   skip kubelet "no kubelet in $SHARED (see /work/shared/bin/README.md)"
 else
   in_node mkdir -p /etc/kubernetes/manifests /var/lib/kind-lane
-  in_node sh -c 'cat > /var/lib/kubelet-config.yaml' <<'Y'
+  podman exec -i "$NODE" sh -c 'cat > /var/lib/kubelet-config.yaml' <<'Y'
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: /etc/kubernetes/manifests
@@ -124,7 +124,7 @@ containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
 authorization: {mode: AlwaysAllow}
 Y
-  in_node sh -c 'cat > /etc/kubernetes/manifests/web.yaml' <<'Y'
+  podman exec -i "$NODE" sh -c 'cat > /etc/kubernetes/manifests/web.yaml' <<'Y'
 apiVersion: v1
 kind: Pod
 metadata: {name: web, namespace: default}
@@ -155,7 +155,7 @@ for p in json.load(sys.stdin)["items"]:
         sys.exit(0 if c.get("Ready") == "True" else 1)
 sys.exit(1)'
   }
-  if [ -n "$kubelet_started" ] && until_ok 240 pod_ready; then
+  if [ -n "$kubelet_started" ] && until_ok 120 pod_ready; then
     t_ready=$(now)
     log "kubelet start to pod Ready: $(secs "$t_kubelet" "$t_ready") s; node boot to pod Ready: $(secs "$t0" "$t_ready") s"
     pass kubelet_pod_ready
@@ -183,7 +183,7 @@ sys.exit(1)'
   fi
   # The static pod removed: the kubelet runs its preStop hook, then stops it.
   in_node rm -f /etc/kubernetes/manifests/web.yaml
-  if until_ok 90 podman exec "$NODE" grep -q prestop-ran /var/lib/kind-lane/prestop; then
+  if until_ok 45 podman exec "$NODE" grep -q prestop-ran /var/lib/kind-lane/prestop; then
     pass kubelet_prestop_hook
   else
     fail kubelet_prestop_hook "no /var/lib/kind-lane/prestop: $(in_node crictl ps -a 2>&1)"
@@ -193,11 +193,11 @@ sys.exit(1)'
 fi
 
 # A pod and a container through CRI, on the embedded network.
-in_node sh -c 'cat > /tmp/pod.json' <<'J'
+podman exec -i "$NODE" sh -c 'cat > /tmp/pod.json' <<'J'
 {"metadata": {"name": "lane", "namespace": "default", "uid": "kind-lane-1"},
  "log_directory": "/var/log/pods/lane", "linux": {"cgroup_parent": "kubepods-besteffort.slice"}}
 J
-in_node sh -c 'cat > /tmp/ctr.json' <<'J'
+podman exec -i "$NODE" sh -c 'cat > /tmp/ctr.json' <<'J'
 {"metadata": {"name": "sleeper"}, "image": {"image": "bosun.test/busybox:latest"},
  "command": ["sleep", "4242"], "log_path": "sleeper.log", "linux": {}}
 J
@@ -241,7 +241,7 @@ else
 fi
 
 # A CNI conflist in /etc/cni/net.d (bosun re-reads the directory): the next pod is on it.
-in_node sh -c 'cat > /etc/cni/net.d/10-lane.conflist' <<'J'
+podman exec -i "$NODE" sh -c 'cat > /etc/cni/net.d/10-lane.conflist' <<'J'
 {"cniVersion": "1.0.0", "name": "lane", "plugins": [
   {"type": "bridge", "bridge": "lane0", "isGateway": true, "ipMasq": false,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.99.0.0/24"}]]}},
