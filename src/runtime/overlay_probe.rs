@@ -60,16 +60,18 @@ mod tests {
     use super::*;
     use rustix::mount::MountFlags;
 
-    fn is_root() -> bool {
-        rustix::process::geteuid().is_root()
+    /// The mount tests need root: elsewhere they say SKIP with the reason.
+    fn can_mount(test: &str) -> bool {
+        let root = rustix::process::geteuid().is_root();
+        if !root {
+            eprintln!("SKIP {test}: needs root (mount)");
+        }
+        root
     }
 
     #[test]
     fn a_root_on_a_real_file_system_passes_and_keeps_nothing() {
-        if !is_root() {
-            eprintln!(
-                "SKIP a_root_on_a_real_file_system_passes_and_keeps_nothing: needs root (mount)"
-            );
+        if !can_mount("a_root_on_a_real_file_system_passes_and_keeps_nothing") {
             return;
         }
         let dir = tempfile::tempdir().expect("tempdir");
@@ -82,10 +84,7 @@ mod tests {
 
     #[test]
     fn a_root_on_overlayfs_is_refused_naming_what_to_mount() {
-        if !is_root() {
-            eprintln!(
-                "SKIP a_root_on_overlayfs_is_refused_naming_what_to_mount: needs root (mount)"
-            );
+        if !can_mount("a_root_on_overlayfs_is_refused_naming_what_to_mount") {
             return;
         }
         let dir = tempfile::tempdir().expect("tempdir");
