@@ -101,7 +101,7 @@ mod tests {
         let data = std::ffi::CString::new(data).expect("mount data");
         rustix::mount::mount(
             "overlay",
-            &p("m"),
+            p("m"),
             "overlay",
             MountFlags::empty(),
             data.as_c_str(),
@@ -110,7 +110,7 @@ mod tests {
         let root = p("m").join("var/lib/bosun");
         std::fs::create_dir_all(&root).expect("root dir");
         let e = check(&root).expect_err("an overlay root must be refused");
-        let _ = rustix::mount::unmount(&p("m"), rustix::mount::UnmountFlags::DETACH);
+        let _ = rustix::mount::unmount(p("m"), rustix::mount::UnmountFlags::DETACH);
         assert_eq!(e.kind(), crate::error::ErrorKind::FailedPrecondition, "{e}");
         for want in ["is on overlayfs", "--volume /var", "root "] {
             assert!(e.message().contains(want), "{want:?} not in: {e}");
