@@ -41,19 +41,32 @@ status=${PIPESTATUS[0]}
 # daemons on one host. The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (docs/testing.md).
 # In the same boot, critest under each driver (hack/vm/critest.sh): its images from
 # test-images/critest on a registry on the guest's loopback, critest from ../shared/bin (SKIP
-# where absent); the digest spec is known to fail offline and counts as ignored.
+# where absent); the digest spec is known to fail offline and counts as ignored. Between the
+# two, the kind node test (hack/kind/lane-test.sh).
 echo "== VM lane (cgroup v2 + systemd)"
 if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null; then
-  critest_share=()
+  shares=()
   critest=${BOSUN_CRITEST:-$(readlink -f ../shared/bin/critest 2>/dev/null || true)}
   if [ -n "$critest" ] && [ -x "$critest" ]; then
     critest=$(readlink -f "$critest")
-    critest_share=(--share "$(dirname "$critest")" --env "BOSUN_CRITEST=$critest")
+    shares+=(--share "$(dirname "$critest")" --env "BOSUN_CRITEST=$critest")
+  fi
+  # And the kind node test (hack/kind/lane-test.sh), with a node image of the bosun
+  # `cargo test` just built; it says SKIP without crictl (../shared/bin).
+  shared_bin="$(readlink -f ../shared/bin 2>/dev/null || true)"
+  if node_image=$(hack/kind/build.sh 2>>target/test.log); then
+    shares+=(--share "$(dirname "$node_image")")
+    [ -z "$shared_bin" ] || [ ! -d "$shared_bin" ] || shares+=(--share "$shared_bin")
+  else
+    echo "kind node image: hack/kind/build.sh failed (target/test.log)" | tee -a target/test.log
+    node_image=
   fi
   # shellcheck disable=SC2016
-  hack/vm/run.sh --timeout 7200 "${critest_share[@]}" -- \
-    sh -c 'hack/vm/suite.sh "$@"; s=$?; hack/vm/critest.sh || s=1; exit $s' lane "${VM_SUBSET[@]}" \
-    2>&1 | tee -a target/test.log
+  hack/vm/run.sh --timeout 7200 "${shares[@]}" --env "KIND_IMAGE=$node_image" --env "KIND_BIN=$shared_bin" -- sh -c '
+    hack/vm/suite.sh "$@"; s=$?
+    if [ -n "$KIND_IMAGE" ]; then hack/kind/lane-test.sh "$KIND_IMAGE" "$KIND_BIN" || s=1; else s=1; fi
+    hack/vm/critest.sh || s=1
+    exit $s' lane "${VM_SUBSET[@]}" 2>&1 | tee -a target/test.log
   vm_status=${PIPESTATUS[0]}
   [ "$vm_status" -eq 0 ] || status=$vm_status
 else

@@ -14,6 +14,8 @@
 #
 # Options:
 #   --no-build        use the binaries already built (default: cargo builds bosun and the tests)
+#   --no-tests        no integration test binary (a command that runs none, e.g. hack/kind/lane-test.sh):
+#                     nothing is built, `bosun-it` is absent
 #   --share PATH      also share PATH read-only at the same path (repeatable)
 #   --env NAME=VALUE  set NAME in the guest (repeatable)
 #   --mem MIB         guest memory (default 4096)
@@ -31,11 +33,12 @@ main() {
   HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
   REPO="$(cd "$HERE/../.." && pwd)"
 
-  build=1 keep=0 mem=4096 cpus=2 timeout_secs=3600
+  build=1 tests=1 keep=0 mem=4096 cpus=2 timeout_secs=3600
   shares=() envs=()
   while [ $# -gt 0 ]; do
     case "$1" in
       --no-build) build=0 ;;
+      --no-tests) tests=0 build=0 ;;
       --share) shares+=("$(readlink -f "$2")"); shift ;;
       --env) envs+=("$2"); shift ;;
       --mem) mem="$2"; shift ;;
@@ -55,14 +58,17 @@ main() {
 
   # The binaries under test, built now (the guest runs exactly what the host just built).
   cd "$REPO"
-  if [ "$build" -eq 1 ]; then
+  it=
+  if [ "$tests" -eq 0 ]; then
+    :
+  elif [ "$build" -eq 1 ]; then
     echo "vm: building bosun and the integration tests" >&2
     it=$(cargo test --locked --no-run --test integration --message-format=json-render-diagnostics |
       jq -r 'select(.reason == "compiler-artifact" and .target.name == "integration" and .profile.test) | .executable')
   else
     it=$(ls -t "${CARGO_TARGET_DIR:-target}"/debug/deps/integration-* 2>/dev/null | grep -v '\.d$' | head -n1 || true)
   fi
-  [ -n "$it" ] && [ -x "$it" ] || lane_fail "no integration test binary (build failed?)"
+  [ "$tests" -eq 0 ] || { [ -n "$it" ] && [ -x "$it" ]; } || lane_fail "no integration test binary (build failed?)"
 
   image=$(bash "$HERE/image.sh") || lane_fail "guest image build failed"
   [ -f "$image/ok" ] || lane_fail "image.sh printed ${image:0:200}, not a built image's directory"
@@ -79,7 +85,8 @@ main() {
   trap 'exit 130' INT TERM
 
   # Shares: the repo, the test images behind its symlink, the target dir if it lives elsewhere.
-  shares+=("$REPO" "$(readlink -f "$REPO/test-images" 2>/dev/null || true)" "$(readlink -f "$(dirname "$it")/../..")")
+  shares+=("$REPO" "$(readlink -f "$REPO/test-images" 2>/dev/null || true)")
+  [ -z "$it" ] || shares+=("$(readlink -f "$(dirname "$it")/../..")")
   mapfile -t shares < <(printf '%s\n' "${shares[@]}" | grep -v '^$' | sort -u | awk '
     { for (i = 1; i <= n; i++) if (index($0 "/", kept[i] "/") == 1) next; kept[++n] = $0; print }')
 

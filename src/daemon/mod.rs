@@ -74,6 +74,10 @@ pub async fn run(mut config: Config, notifier: Option<notify::Notifier>) -> Resu
         _ = term.recv() => { tracing::info!("SIGTERM while waiting for the lock"); return Ok(()) }
         _ = int.recv() => { tracing::info!("SIGINT while waiting for the lock"); return Ok(()) }
     };
+    // Containers' writable layers need overlayfs to accept the root as an upper layer (not
+    // so on an overlay root: a node container without a /var volume): refused here, saying
+    // what to mount, rather than every container failing to start.
+    crate::runtime::overlay_probe::check(&config.root)?;
     let images = Images::open(&config)?;
     // Recovery before serving: every sandbox and container is back before the socket exists.
     let runtime = crate::runtime::Runtime::open(config.clone(), images.clone()).await?;

@@ -7,6 +7,7 @@ mod handle;
 mod interrupted;
 mod log_reopen;
 mod network;
+pub mod overlay_probe;
 mod pod_lifecycle;
 mod restore;
 pub mod rootfs;

@@ -75,6 +75,14 @@ fn mount_point(path: &Path) -> Option<PathBuf> {
     }
 }
 
+/// The mount point and type of the file system holding `path` (`/var/lib/bosun`, `overlay`),
+/// for messages that name it.
+pub fn describe(path: &Path) -> Option<(PathBuf, String)> {
+    let mount = mount_point(path)?;
+    let fs = rustix::fs::statfs(&mount).ok()?;
+    Some((mount, fs_type(fs.f_type as u64)))
+}
+
 /// A file system's name from its `statfs` magic (the ones a node's disks are made of).
 fn fs_type(magic: u64) -> String {
     let name = match magic {
