@@ -6,6 +6,7 @@ mod deferred;
 mod events;
 mod exec;
 mod features;
+mod handlers;
 mod hostile;
 mod images;
 mod network;
@@ -32,6 +33,7 @@ trials! {
     recovery,
     stats,
     features,
+    handlers,
     userns,
     hostile,
 }
