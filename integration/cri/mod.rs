@@ -7,6 +7,7 @@ mod events;
 mod exec;
 mod features;
 mod handlers;
+mod handlers_crun;
 mod hostile;
 mod images;
 mod network;
@@ -34,6 +35,7 @@ trials! {
     stats,
     features,
     handlers,
+    handlers_crun,
     userns,
     hostile,
 }
