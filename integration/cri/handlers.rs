@@ -20,10 +20,13 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             NEEDS,
             second_root,
         ),
-        trial(
-            "cri::handlers::crun_on_cgroup_v1_is_failed_precondition",
-            NEEDS,
-            crun_v1,
+        super::handlers_crun::skip_with(
+            trial(
+                "cri::handlers::crun_on_cgroup_v1_is_failed_precondition",
+                NEEDS,
+                crun_v1,
+            ),
+            v1_missing().as_deref(),
         ),
     ]
 }
@@ -125,19 +128,20 @@ fn second_root() -> Result<()> {
     })
 }
 
-fn crun_v1() -> Result<()> {
-    let unified = std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
-        m.lines()
-            .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "))
-    });
-    if unified {
-        eprintln!("SKIP cri::handlers::crun_on_cgroup_v1_is_failed_precondition: cgroup v2 here");
-        return Ok(());
+/// Why crun on cgroup v1 cannot be tried here, if it cannot.
+fn v1_missing() -> Option<String> {
+    if super::handlers_crun::crun_missing().is_none() {
+        return Some(
+            "cgroup v2 here: crun works (see crun_runs_exec_update_stats_stop_and_oom)".into(),
+        );
     }
     if bosun::oci::host::find_in_path("crun").is_none() {
-        eprintln!("SKIP cri::handlers::crun_on_cgroup_v1_is_failed_precondition: no crun (hack/setup.sh installs it)");
-        return Ok(());
+        return Some("no crun in PATH (hack/setup.sh installs it)".into());
     }
+    None
+}
+
+fn crun_v1() -> Result<()> {
     Scenario::new().run(async |s| {
         let err = cri::run_pod_on(&mut s.rt.clone(), "crun", s.pod_config("crun").into())
             .await

@@ -20,7 +20,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 }
 
 /// Why crun cannot be tried here, if it cannot.
-fn crun_missing() -> Option<String> {
+pub fn crun_missing() -> Option<String> {
     let unified = std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
         m.lines()
             .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "))
@@ -35,10 +35,6 @@ fn crun_missing() -> Option<String> {
 }
 
 fn crun_container() -> Result<()> {
-    if let Some(why) = crun_missing() {
-        eprintln!("SKIP cri::handlers::crun_runs_exec_update_stats_stop_and_oom: {why}");
-        return Ok(());
-    }
     Scenario::new().run(async |s| {
         let pod = s.pod_on("crun", s.pod_config("crun")).await?;
         let c = pod
@@ -99,10 +95,6 @@ fn crun_container() -> Result<()> {
 /// RunPodSandbox + CreateContainer + StartContainer of the same pod, `n` times per handler,
 /// printed as p50s and the ratio.
 fn latency() -> Result<()> {
-    if let Some(why) = crun_missing() {
-        eprintln!("SKIP cri::handlers::crun_and_runc_start_latency: {why}");
-        return Ok(());
-    }
     const N: usize = 10;
     Scenario::new().run(async |s| {
         let mut p50 = Vec::new();
