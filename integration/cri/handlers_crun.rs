@@ -9,7 +9,8 @@ use crate::support::cri::{self, NEEDS};
 use crate::support::{trial, Scenario};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
-    vec![
+    let missing = crun_missing();
+    [
         trial(
             "cri::handlers::crun_runs_exec_update_stats_stop_and_oom",
             NEEDS,
@@ -17,6 +18,20 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
         ),
         trial("cri::handlers::crun_and_runc_start_latency", NEEDS, latency),
     ]
+    .into_iter()
+    .map(|t| skip_with(t, missing.as_deref()))
+    .collect()
+}
+
+/// `t` ignored with a printed SKIP line when `why` says it cannot run here.
+pub fn skip_with(t: libtest_mimic::Trial, why: Option<&str>) -> libtest_mimic::Trial {
+    match why {
+        Some(why) if !t.has_ignored_flag() => {
+            eprintln!("SKIP {}: {why}", t.name());
+            t.with_ignored_flag(true)
+        }
+        _ => t,
+    }
 }
 
 /// Why crun cannot be tried here, if it cannot.
