@@ -6,7 +6,7 @@ use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, NEEDS};
-use crate::support::{runc_bin, trial, Scenario};
+use crate::support::{runc_bin, trial, Scenario, Scene};
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -46,14 +46,21 @@ fn listed(root: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
+/// RunPodSandbox on `handler`, which must fail: its gRPC status.
+async fn refused(s: &Scene, handler: &str) -> Result<tonic::Status> {
+    let config = s.pod_config(&format!("on-{handler}")).into();
+    match cri::run_pod_on(&mut s.rt.clone(), handler, config).await {
+        Ok(pod) => anyhow::bail!("a pod ran on {handler}: {}", pod.id),
+        Err(e) => e
+            .downcast_ref::<tonic::Status>()
+            .cloned()
+            .context("a gRPC status"),
+    }
+}
+
 fn unknown() -> Result<()> {
     Scenario::new().run(async |s| {
-        let err = cri::run_pod_on(&mut s.rt.clone(), "kata", s.pod_config("kata").into())
-            .await
-            .expect_err("an unknown handler is refused");
-        let status = err
-            .downcast_ref::<tonic::Status>()
-            .context("a gRPC status")?;
+        let status = refused(s, "kata").await?;
         ensure!(
             status.code() == tonic::Code::InvalidArgument
                 && status.message().contains("\"kata\"")
@@ -143,12 +150,7 @@ fn v1_missing() -> Option<String> {
 
 fn crun_v1() -> Result<()> {
     Scenario::new().run(async |s| {
-        let err = cri::run_pod_on(&mut s.rt.clone(), "crun", s.pod_config("crun").into())
-            .await
-            .expect_err("crun cannot run here");
-        let status = err
-            .downcast_ref::<tonic::Status>()
-            .context("a gRPC status")?;
+        let status = refused(s, "crun").await?;
         ensure!(
             status.code() == tonic::Code::FailedPrecondition
                 && status.message().contains("cgroup v2"),

@@ -144,15 +144,15 @@ impl MonitorArgs {
                 *flag = true;
                 continue;
             }
+            let mut value_of = |inline: Option<OsString>| match inline {
+                Some(v) => Ok(v),
+                None => it
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| bad(format!("{name} needs a value"))),
+            };
             if name == "--runtime-option" {
-                let value = match inline {
-                    Some(v) => v,
-                    None => it
-                        .next()
-                        .cloned()
-                        .ok_or_else(|| bad(format!("{name} needs a value")))?,
-                };
-                let value = value
+                let value = value_of(inline)?
                     .into_string()
                     .map_err(|_| bad(format!("{name} is not UTF-8")))?;
                 runtime_options.push(value);
@@ -162,13 +162,7 @@ impl MonitorArgs {
                 .iter()
                 .position(|v| *v == name)
                 .ok_or_else(|| bad(format!("unknown argument {text:?}")))?;
-            let value = match inline {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| bad(format!("{name} needs a value")))?,
-            };
+            let value = value_of(inline)?;
             if values[slot].replace(value).is_some() {
                 return Err(bad(format!("{name} given twice")));
             }
