@@ -14,6 +14,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACKAGES=(
   build-essential pkg-config curl ca-certificates git
   runc
+  crun            # a second runtime handler (issue 29); unusable on a cgroup v1 host, reported
   busybox          # the dynamic one; it conflicts with busybox-static
   docker-registry
   apache2-utils    # htpasswd

@@ -16,6 +16,7 @@ VM_SUBSET=(
   cri::pods::lifecycle_pod_files
   cri::network::pods_get_ips
   cri::recovery::kill9_and_restart
+  cri::handlers::
   pod::termination::daemon_kill9_mid_life
   pod::node::qos
   faults::run_pod_sandbox_fails_cleanly_at_every_step

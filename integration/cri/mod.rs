@@ -7,6 +7,8 @@ mod deferred;
 mod events;
 mod exec;
 mod features;
+mod handlers;
+mod handlers_crun;
 mod hostile;
 mod images;
 mod network;
@@ -33,6 +35,8 @@ trials! {
     recovery,
     stats,
     features,
+    handlers,
+    handlers_crun,
     userns,
     hostile,
     apparmor,

@@ -206,7 +206,16 @@ impl Scene {
 
     /// RunPodSandbox; the pod is stopped and removed at the end of the scenario.
     pub async fn pod(&self, config: impl Into<pb::PodSandboxConfig>) -> Result<Pod> {
-        let pod = cri::run_pod(&mut self.rt.clone(), config.into()).await?;
+        self.pod_on("", config).await
+    }
+
+    /// [`Scene::pod`] on runtime handler `handler`.
+    pub async fn pod_on(
+        &self,
+        handler: &str,
+        config: impl Into<pb::PodSandboxConfig>,
+    ) -> Result<Pod> {
+        let pod = cri::run_pod_on(&mut self.rt.clone(), handler, config.into()).await?;
         self.pods.lock().map_err(poisoned)?.push(pod.id.clone());
         Ok(pod)
     }

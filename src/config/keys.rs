@@ -9,6 +9,9 @@ use super::ConfigFile;
 /// What [`accepted_keys`] shows for the name of a registry host (`[registry.hosts."<host>"]`).
 pub const HOST: &str = "<host>";
 
+/// The handler [`example`] configures, shown as [`super::runtimes::NAME`].
+const EXAMPLE_HANDLER: &str = "crun";
+
 /// A config file that sets every key: the defaults, plus what they leave out of the TOML
 /// (`node.eviction_hard`, and one registry host with every key of its table). It passes
 /// [`ConfigFile::check`]. A new key that a default leaves out must be set here; a unit test
@@ -25,6 +28,15 @@ pub fn example() -> ConfigFile {
             skip_verify: false,
         },
     );
+    c.runtimes.insert(
+        EXAMPLE_HANDLER.to_string(),
+        super::RuntimeHandlerConfig {
+            binary: PathBuf::from("/usr/bin/crun"),
+            root: PathBuf::from("/run/bosun/runtimes/crun"),
+            options: vec![],
+            pod_overhead: Some(Default::default()),
+        },
+    );
     c
 }
 
@@ -35,6 +47,12 @@ pub fn accepted_keys() -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(toml::Value::Table(table)) = toml::Value::try_from(example()) {
         leaves("", &table, &mut out);
+    }
+    let handler = format!("runtimes.{EXAMPLE_HANDLER}.");
+    for key in &mut out {
+        if let Some(rest) = key.strip_prefix(&handler) {
+            *key = format!("runtimes.{}.{rest}", super::runtimes::NAME);
+        }
     }
     out.sort();
     out
@@ -55,8 +73,10 @@ mod tests {
     use serde::de::{self, Deserialize, Deserializer, Visitor};
 
     use super::*;
+    use crate::config::runtimes::PodOverhead;
     use crate::config::{
-        Config, ImageConfig, NetworkConfig, NodeKeys, PodConfig, RegistryConfig, StreamConfig,
+        Config, ImageConfig, NetworkConfig, NodeKeys, PodConfig, RegistryConfig,
+        RuntimeHandlerConfig, StreamConfig,
     };
 
     /// A deserializer that only asks a struct for its field names.
@@ -97,6 +117,8 @@ mod tests {
     fn every_key_serde_accepts_is_listed() {
         let keys = accepted_keys();
         let host = format!("registry.hosts.{HOST}.");
+        let handler = format!("runtimes.{}.", crate::config::runtimes::NAME);
+        let overhead = format!("{handler}pod_overhead.");
         for (prefix, fields) in [
             ("", fields_of::<ConfigFile>()),
             ("image.", fields_of::<ImageConfig>()),
@@ -106,6 +128,8 @@ mod tests {
             ("node.", fields_of::<NodeKeys>()),
             ("registry.", fields_of::<RegistryConfig>()),
             (host.as_str(), fields_of::<HostConfig>()),
+            (handler.as_str(), fields_of::<RuntimeHandlerConfig>()),
+            (overhead.as_str(), fields_of::<PodOverhead>()),
         ] {
             assert!(!fields.is_empty(), "no fields under {prefix:?}");
             for field in fields {

@@ -9,6 +9,7 @@ pub mod node;
 pub mod pod;
 pub mod quantity;
 pub mod registry;
+pub mod runtimes;
 pub mod stream;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ pub use network::NetworkConfig;
 pub use node::{NodeConfig, NodeKeys};
 pub use pod::PodConfig;
 pub use registry::RegistryConfig;
+pub use runtimes::{RuntimeHandlerConfig, DEFAULT_HANDLER};
 pub use stream::StreamConfig;
 
 /// Where the daemon looks for its config when `--config` is not given.
@@ -79,6 +81,8 @@ pub struct Sections<N> {
     pub registry: RegistryConfig,
     /// Pod networking (CNI).
     pub network: NetworkConfig,
+    /// Runtime handlers (`[runtimes.<name>]`), on top of the built-in `runc` and `crun`.
+    pub runtimes: std::collections::BTreeMap<String, RuntimeHandlerConfig>,
     /// Streaming server.
     pub stream: StreamConfig,
     /// Standalone pod supervisor.
@@ -111,6 +115,7 @@ impl<N: Default> Default for Sections<N> {
             image: ImageConfig::default(),
             registry: Default::default(),
             network: NetworkConfig::default(),
+            runtimes: Default::default(),
             stream: StreamConfig::default(),
             pod: PodConfig::default(),
             node: N::default(),
@@ -153,6 +158,7 @@ impl ConfigFile {
         check_extra_sockets(&self.socket, &self.extra_sockets)?;
         self.network.check()?;
         self.registry.check()?;
+        runtimes::resolve(&self.runtimes, &self.runtime, &self.state)?;
         let node = self.node.check()?;
         Ok(Sections {
             socket: self.socket,
@@ -169,6 +175,7 @@ impl ConfigFile {
             image: self.image,
             registry: self.registry,
             network: self.network,
+            runtimes: self.runtimes,
             stream: self.stream,
             pod: self.pod,
             node,

@@ -42,11 +42,13 @@ pub struct MonitorArgs {
     /// Pass `--systemd-cgroup` to runc: `linux.cgroupsPath` is `slice:prefix:name` and runc
     /// asks systemd for the container's scope.
     pub systemd_cgroup: bool,
+    /// Global options given to the runtime before `run` (a runtime handler's `options`).
+    pub runtime_options: Vec<String>,
 }
 
 const USAGE: &str = "usage: bosun monitor --id ID --bundle DIR --runtime PATH --runtime-root DIR \
 --log-path FILE --exit-file FILE --sync-fd N [--stdin] [--stdin-once] [--tty] \
-[--systemd-cgroup] [--log-max-line BYTES]";
+[--systemd-cgroup] [--log-max-line BYTES] [--runtime-option OPT]...";
 
 impl MonitorArgs {
     /// The arguments for container `id` with no stdin or tty, the sync pipe on [`SYNC_FD`] and
@@ -72,6 +74,7 @@ impl MonitorArgs {
             tty: false,
             log_max_line: DEFAULT_LOG_MAX_LINE,
             systemd_cgroup: false,
+            runtime_options: Vec::new(),
         }
     }
 
@@ -107,6 +110,9 @@ impl MonitorArgs {
                 self.log_max_line.to_string().into(),
             ]);
         }
+        for opt in &self.runtime_options {
+            argv.push(format!("--runtime-option={opt}").into());
+        }
         argv
     }
 
@@ -114,6 +120,7 @@ impl MonitorArgs {
     pub fn parse(args: &[OsString]) -> Result<MonitorArgs> {
         let mut values: [Option<OsString>; 8] = Default::default();
         let (mut stdin, mut stdin_once, mut tty, mut systemd_cgroup) = (false, false, false, false);
+        let mut runtime_options = Vec::new();
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             let text = arg
@@ -137,17 +144,25 @@ impl MonitorArgs {
                 *flag = true;
                 continue;
             }
+            let mut value_of = |inline: Option<OsString>| match inline {
+                Some(v) => Ok(v),
+                None => it
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| bad(format!("{name} needs a value"))),
+            };
+            if name == "--runtime-option" {
+                let value = value_of(inline)?
+                    .into_string()
+                    .map_err(|_| bad(format!("{name} is not UTF-8")))?;
+                runtime_options.push(value);
+                continue;
+            }
             let slot = VALUED
                 .iter()
                 .position(|v| *v == name)
                 .ok_or_else(|| bad(format!("unknown argument {text:?}")))?;
-            let value = match inline {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| bad(format!("{name} needs a value")))?,
-            };
+            let value = value_of(inline)?;
             if values[slot].replace(value).is_some() {
                 return Err(bad(format!("{name} given twice")));
             }
@@ -188,6 +203,7 @@ impl MonitorArgs {
             tty,
             log_max_line: number("--log-max-line", max_line)?.unwrap_or(DEFAULT_LOG_MAX_LINE),
             systemd_cgroup,
+            runtime_options,
         })
     }
 }
@@ -261,6 +277,7 @@ mod tests {
             tty: true,
             log_max_line: 4096,
             systemd_cgroup: true,
+            runtime_options: vec!["--debug".into(), "--cgroup-manager=disabled".into()],
         }
     }
 

@@ -146,6 +146,7 @@ mod tests {
             tty: false,
             log_max_line: 0,
             systemd_cgroup: false,
+            runtime_options: Vec::new(),
         };
         write(r#"{"type": "pid"}"#);
         assert_eq!(Leftovers::for_container(&config), None);

@@ -211,6 +211,13 @@ fn run(config: &MonitorArgs, mut log: LogFile, sync: &mut SyncPipe) -> Result<()
     };
     let init = runc::read_pid(&runc::pid_file(&config.bundle))?;
     let me = rustix::process::getpid().as_raw_nonzero().get();
+    // crun's `run --detach` returns from a first fork while the second (the init's parent)
+    // may still be exiting: the init comes to us (child subreaper) a moment later. runc's
+    // init is ours at once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while runc::parent_of(init).is_some_and(|p| p != me) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     match runc::parent_of(init) {
         Some(parent) if parent == me => {}
         other => {

@@ -31,14 +31,15 @@ pub fn pid_file(bundle: &Path) -> PathBuf {
 
 /// The argument vector after the runtime binary (without the stdio).
 pub fn run_args(config: &MonitorArgs, console_socket: Option<&str>) -> Vec<std::ffi::OsString> {
-    let mut args: Vec<std::ffi::OsString> = vec![
+    let mut args: Vec<std::ffi::OsString> = config.runtime_options.iter().map(Into::into).collect();
+    args.extend([
         "--root".into(),
         config.runtime_root.clone().into(),
         "--log".into(),
         log_path(&config.bundle).into(),
         "--log-format".into(),
         "json".into(),
-    ];
+    ]);
     if config.systemd_cgroup {
         args.push("--systemd-cgroup".into());
     }

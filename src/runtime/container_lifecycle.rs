@@ -186,6 +186,11 @@ impl Runtime {
             cgroups_path: cgroups_path(driver, parent, id),
             lower_dirs,
             state_dir: self.layout.container_dir(id),
+            runtime_handler: self
+                .handlers
+                .recorded(&sb.request.runtime_handler)
+                .name
+                .clone(),
             request: new.request,
         })
     }
@@ -208,10 +213,15 @@ impl Runtime {
         let ctx = self.sandbox_context(sandbox, meta)?;
         let lower = meta.lower_dirs.clone();
         let run_config = image.config.config.clone();
+        let mut host = self.host.clone();
+        // What the container's own runtime applies itself (staged on the host otherwise).
+        if self.handlers.iter().count() > 1 {
+            host.runtime_mounts = self.handlers.recorded(&meta.runtime_handler).mounts;
+        }
         let opts = SpecOptions {
             cgroup_driver: self.config.cgroup_driver,
             cgroups_path: meta.cgroups_path.clone(),
-            host: self.host.clone(),
+            host,
         };
         let request = meta.request.clone();
         let dir = meta.state_dir.clone();
@@ -347,7 +357,7 @@ impl Runtime {
             {
                 // Created by a bosun before issue 13: its init waits inside `runc create`;
                 // deleting it ends the monitor. (Now a created container has no process.)
-                let _ = self.runc.delete(&id, true).await;
+                let _ = self.runc(&id).delete(&id, true).await;
                 let _ = tokio::time::timeout(Duration::from_secs(10), handle.exited()).await;
             }
             let life = handle.lifecycle.lock().await;
@@ -376,10 +386,10 @@ impl Runtime {
     /// spawning runc (~7 ms) only to hear "does not exist" made RemovePodSandbox and a
     /// restart with many exited containers slow.
     pub(super) async fn delete_runc_state(&self, id: &str) {
-        if !self.layout.runc_root().join(id).exists() {
+        if !self.handler_of(id).root.join(id).exists() {
             return;
         }
-        if let Err(e) = self.runc.delete_stopped(id).await {
+        if let Err(e) = self.runc(id).delete_stopped(id).await {
             tracing::debug!(container = %id, "runc delete: {e}");
         }
     }
@@ -457,7 +467,7 @@ impl Runtime {
             crate::oci::resources::apply(&id, &resources, support, &mut linux)?;
             let json = serde_json::to_value(&linux)
                 .map_err(|e| Error::internal(format!("container {id}: encode resources: {e}")))?;
-            self.runc.update(&id, &json).await?;
+            self.runc(&id).update(&id, &json).await?;
         }
         entry.update(|s| {
             s.resources = Some(resources);
@@ -478,7 +488,7 @@ impl Runtime {
         process.set_terminal(Some(false));
         process.set_console_size(None);
         let out = self
-            .runc
+            .runc(&id)
             .exec(&id, &process, timeout, EXEC_OUTPUT_CAP)
             .await?;
         if out.timed_out {

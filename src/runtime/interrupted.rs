@@ -63,14 +63,14 @@ impl Runtime {
             }
             if monitors.is_empty() {
                 // Never started, or its `runc run` failed: it may start (again).
-                if self.layout.runc_root().join(&id).exists() {
-                    if let Err(e) = self.runc.delete(&id, true).await {
+                if self.handler_of(&id).root.join(&id).exists() {
+                    if let Err(e) = self.runc(&id).delete(&id, true).await {
                         tracing::warn!(container = %id, "recovery: runc delete: {e}");
                     }
                 }
                 return;
             }
-            let state = self.runc.state(&id).await;
+            let state = self.runc(&id).state(&id).await;
             if let (Ok(Some(st)), [monitor]) = (state, monitors.as_slice()) {
                 if st.status == "running" && st.pid > 0 {
                     self.adopt_started(entry, *monitor, st.pid.unsigned_abs())

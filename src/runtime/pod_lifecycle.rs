@@ -19,7 +19,14 @@ impl Runtime {
     /// exists or is being created fails with AlreadyExists naming the existing id.
     pub async fn run_sandbox(self: &Arc<Self>, req: SandboxRequest) -> Result<String> {
         super::validate::sandbox(&req, self.config.cgroup_driver)?;
+        let handler = self.handlers.select(&req.runtime_handler)?;
         validate_userns(&req)?;
+        if req.userns.is_some() && !handler.user_namespaces {
+            return Err(Error::precondition(format!(
+                "{USERNS_FIELD}: runtime handler {:?} has no user namespaces ({} features)",
+                handler.name, handler.version
+            )));
+        }
         if req.userns.is_some() && !self.host.user_namespaces {
             return Err(Error::precondition(format!(
                 "{USERNS_FIELD}: user namespaces are not available on this node ({})",

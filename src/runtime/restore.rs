@@ -223,6 +223,6 @@ impl Runtime {
 
     /// Whether runc says a container we recorded as CREATED is running.
     async fn started_behind_our_back(&self, id: &str) -> bool {
-        matches!(self.runc.state(id).await, Ok(Some(st)) if st.status == "running")
+        matches!(self.runc(id).state(id).await, Ok(Some(st)) if st.status == "running")
     }
 }

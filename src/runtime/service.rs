@@ -16,7 +16,8 @@ use crate::config::Config;
 use crate::error::{Error, Result, ResultExt};
 use crate::image::service::Images;
 use crate::network::{Cni, FakeNetwork, Network};
-use crate::oci::{HostFacts, MonitorLauncher, OciRuntime, ProcessLauncher, Runc};
+use crate::oci::runc::{Handler, Handlers, NodeFacts};
+use crate::oci::{HostFacts, MonitorLauncher, OciRuntime, ProcessLauncher};
 
 /// Sandboxes and containers on runc.
 ///
@@ -29,7 +30,8 @@ pub struct Runtime {
     pub(super) images: Arc<Images>,
     pub(super) state: StateDir<SandboxMeta, ContainerMeta>,
     pub(super) layout: Layout,
-    pub(super) runc: Arc<dyn OciRuntime>,
+    /// The runtime handlers (`runc` the default); a container's is in its meta.
+    pub(super) handlers: Handlers,
     pub(super) launcher: Arc<dyn MonitorLauncher>,
     pub(super) host: HostFacts,
     /// Pod networking (CNI).
@@ -51,18 +53,19 @@ impl Runtime {
     /// Opens the runtime on the config's root and state dirs with runc and real monitors, and
     /// recovers every sandbox and container before returning (DESIGN rule 7).
     pub async fn open(config: Arc<Config>, images: Arc<Images>) -> Result<Arc<Runtime>> {
-        let layout = Layout::new(&config.root, &config.state);
-        let runc_root = layout.runc_root();
-        std::fs::create_dir_all(&runc_root).ctx(|| format!("create {}", runc_root.display()))?;
-        let mut runc = Runc::new(&config.runtime, runc_root);
-        runc.systemd_cgroup = config.cgroup_driver == crate::config::CgroupDriver::Systemd;
-        runc.tmp_dir = config.state.join("tmp");
-        std::fs::create_dir_all(&runc.tmp_dir)
-            .ctx(|| format!("create {}", runc.tmp_dir.display()))?;
+        let handlers =
+            crate::config::runtimes::resolve(&config.runtimes, &config.runtime, &config.state)?;
         let mut host = HostFacts::detect()?;
+        let node = NodeFacts {
+            cgroup_unified: host.cgroup_unified,
+            systemd_cgroup: config.cgroup_driver == crate::config::CgroupDriver::Systemd,
+            tmp_dir: config.state.join("tmp"),
+        };
+        std::fs::create_dir_all(&node.tmp_dir)
+            .ctx(|| format!("create {}", node.tmp_dir.display()))?;
         let (runtime, store) = (config.runtime.clone(), config.root.clone());
         let t = std::time::Instant::now();
-        host = tokio::task::spawn_blocking(move || {
+        let (host, handlers) = tokio::task::spawn_blocking(move || {
             host.probe_extensions(&runtime, Path::new("/proc/self/exe"), &store);
             if host.apparmor {
                 let t = std::time::Instant::now();
@@ -78,7 +81,7 @@ impl Runtime {
                 }
                 (host.apparmor_default_profile, host.apparmor_message) = (p.name, p.message);
             }
-            host
+            (host, Handlers::probe(&handlers, &node))
         })
         .await
         .map_err(|e| Error::internal(format!("probe the node: {e}")))?;
@@ -95,10 +98,10 @@ impl Runtime {
             .with_socket(&config.socket);
         network.claim_embedded()?;
         let warmer = Warmer::detect(Path::new("/sys/fs/cgroup"));
-        let rt = Self::with_network(
+        let rt = Self::build(
             config,
             images,
-            Arc::new(runc),
+            handlers,
             Arc::new(ProcessLauncher::default()),
             host,
             Arc::new(network),
@@ -141,6 +144,20 @@ impl Runtime {
         warmer: Warmer,
     ) -> Result<Arc<Runtime>> {
         let layout = Layout::new(&config.root, &config.state);
+        let handlers = Handlers::single(runc, &config.runtime, &layout.runc_root());
+        Self::build(config, images, handlers, launcher, host, network, warmer)
+    }
+
+    fn build(
+        config: Arc<Config>,
+        images: Arc<Images>,
+        handlers: Handlers,
+        launcher: Arc<dyn MonitorLauncher>,
+        host: HostFacts,
+        network: Arc<dyn Network>,
+        warmer: Warmer,
+    ) -> Result<Arc<Runtime>> {
+        let layout = Layout::new(&config.root, &config.state);
         for dir in [
             layout.volatile.join("sandboxes"),
             layout.volatile.join("containers"),
@@ -154,7 +171,7 @@ impl Runtime {
             images,
             state,
             layout,
-            runc,
+            handlers,
             launcher,
             host,
             network,
@@ -171,6 +188,24 @@ impl Runtime {
     /// What this node can do (Status reports the runtime handler features from it).
     pub fn host(&self) -> &HostFacts {
         &self.host
+    }
+
+    /// The runtime handlers (Status lists them).
+    pub fn handlers(&self) -> &Handlers {
+        &self.handlers
+    }
+
+    /// The handler container `id` runs on (its meta's; the default for an unknown id).
+    pub(super) fn handler_of(&self, id: &str) -> &Arc<Handler> {
+        match self.state.containers.get(id) {
+            Ok(entry) => self.handlers.recorded(&entry.meta().runtime_handler),
+            Err(_) => self.handlers.default_handler(),
+        }
+    }
+
+    /// The OCI runtime of container `id`.
+    pub(super) fn runc(&self, id: &str) -> &dyn OciRuntime {
+        self.handler_of(id).runtime.as_ref()
     }
 
     /// Waits (up to `max`) until the files of removed containers and sandboxes, deleted in

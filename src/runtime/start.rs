@@ -74,8 +74,8 @@ impl Runtime {
                 handle.set_exited();
                 // runc destroys what a failed `runc run` made; a monitor that did not report
                 // in time may still have it running.
-                if self.layout.runc_root().join(&id).exists() {
-                    if let Err(e) = self.runc.delete(&id, true).await {
+                if self.handler_of(&id).root.join(&id).exists() {
+                    if let Err(e) = self.runc(&id).delete(&id, true).await {
                         tracing::warn!(container = %id, "start failed: runc delete: {e}");
                     }
                 }
@@ -121,6 +121,7 @@ impl Runtime {
     /// The monitor to start for created container `entry`.
     fn monitor_launch(&self, entry: &ContainerEntry) -> MonitorLaunch {
         let meta = entry.meta();
+        let handler = self.handlers.recorded(&meta.runtime_handler);
         let log_path = if meta.log_path.is_empty() {
             PathBuf::from("/dev/null")
         } else {
@@ -129,8 +130,8 @@ impl Runtime {
         let mut args = MonitorArgs::new(
             entry.id(),
             paths::bundle(&meta.state_dir),
-            &self.config.runtime,
-            self.layout.runc_root(),
+            &handler.binary,
+            &handler.root,
             log_path,
             paths::exit_file(&meta.state_dir),
         );
@@ -138,6 +139,7 @@ impl Runtime {
         args.stdin_once = meta.request.stdin_once;
         args.tty = meta.request.tty;
         args.systemd_cgroup = self.config.cgroup_driver == crate::config::CgroupDriver::Systemd;
+        args.runtime_options = handler.options.clone();
         MonitorLaunch {
             program: self.binary.clone(),
             ..MonitorLaunch::new(args)
@@ -174,7 +176,7 @@ impl Runtime {
     ) -> Result<()> {
         let id = entry.id();
         let started = now_ns();
-        match self.runc.start(id).await {
+        match self.runc(id).start(id).await {
             Ok(()) => {
                 crate::oci::runc::wait_exec(st.pid).await;
                 entry.update(|s| s.start(started, st.pid))?;
@@ -187,7 +189,7 @@ impl Runtime {
                 let msg = e.message().to_string();
                 let _ = entry.update(|s| s.fail_start(now_ns(), msg.clone()));
                 // The init may still sit in runc create: kill it so the monitor ends.
-                let _ = self.runc.delete(id, true).await;
+                let _ = self.runc(id).delete(id, true).await;
                 Err(e.with_kind(ErrorKind::Internal))
             }
         }

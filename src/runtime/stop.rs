@@ -72,7 +72,7 @@ impl Runtime {
         if !kill_now {
             tracing::debug!(container = %id, signal, "stop: sending the stop signal");
             if !handle.signal_init(signal) {
-                if let Err(e) = self.runc.kill(id, signal, false).await {
+                if let Err(e) = self.runc(id).kill(id, signal, false).await {
                     tracing::debug!(container = %id, "stop signal: {e}");
                 }
             }
@@ -128,7 +128,7 @@ impl Runtime {
                 Err(e) => tracing::debug!(container = %id, "{dir}/cgroup.kill: {e}"),
             }
         }
-        if let Err(e) = self.runc.kill(id, libc::SIGKILL, true).await {
+        if let Err(e) = self.runc(id).kill(id, libc::SIGKILL, true).await {
             tracing::debug!(container = %id, "runc kill --all: {e}");
         }
     }
@@ -199,7 +199,7 @@ impl Runtime {
         if let Ok(entry) = self.state.containers.get(id) {
             self.emit(EventKind::Stopped, id, &entry.meta().sandbox_id);
         }
-        if let Err(e) = self.runc.delete_stopped(id).await {
+        if let Err(e) = self.runc(id).delete_stopped(id).await {
             tracing::debug!(container = %id, "runc delete after exit: {e}");
         }
     }

@@ -30,10 +30,8 @@ pub const LABELS_MAX: usize = 64 << 10;
 /// All annotations of one object together (apimachinery allows 256 KiB; twice that leaves
 /// room for what the kubelet adds).
 pub const ANNOTATIONS_MAX: usize = 512 << 10;
-/// The runtime handlers bosun serves ("" is the default).
-pub(super) const HANDLERS: [&str; 2] = ["", "runc"];
 
-/// RunPodSandbox: metadata, handler, hostname, log directory, DNS, ports, sysctls, cgroup
+/// RunPodSandbox: metadata, hostname, log directory, DNS, ports, sysctls, cgroup
 /// parent, labels and annotations.
 pub(super) fn sandbox(req: &SandboxRequest, driver: CgroupDriver) -> Result<()> {
     let p = &req.pod;
@@ -44,12 +42,6 @@ pub(super) fn sandbox(req: &SandboxRequest, driver: CgroupDriver) -> Result<()> 
         NAMESPACE_MAX,
     )?;
     name("sandbox config: metadata.uid", &p.uid, UID_MAX)?;
-    if !HANDLERS.contains(&req.runtime_handler.as_str()) {
-        return Err(Error::invalid(format!(
-            "runtime handler {:?} is not configured (bosun has \"runc\")",
-            echo(&req.runtime_handler)
-        )));
-    }
     if req.pid == NamespaceMode::Target {
         return Err(Error::invalid(
             "sandbox config: pid namespace mode TARGET is for containers only",

@@ -126,10 +126,6 @@ fn sandbox_fields_are_checked_before_anything_is_made() {
             "annotations",
             Box::new(|p| p.annotations = [("a".to_string(), "v".repeat(1 << 20))].into()),
         ),
-        (
-            "runtime handler",
-            Box::new(|p| p.runtime_handler = "kata".into()),
-        ),
     ];
     for (needle, change) in cases {
         let mut p = pod();

@@ -39,10 +39,15 @@ impl Pod {
 
 /// RunPodSandbox with `config` (runtime handler "").
 pub async fn run_pod(rt: &mut Rt, config: pb::PodSandboxConfig) -> Result<Pod> {
+    run_pod_on(rt, "", config).await
+}
+
+/// RunPodSandbox on runtime handler `handler`.
+pub async fn run_pod_on(rt: &mut Rt, handler: &str, config: pb::PodSandboxConfig) -> Result<Pod> {
     let id = rt
         .run_pod_sandbox(pb::RunPodSandboxRequest {
             config: Some(config.clone()),
-            runtime_handler: String::new(),
+            runtime_handler: handler.into(),
         })
         .await
         .context("RunPodSandbox")?

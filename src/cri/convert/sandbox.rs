@@ -3,26 +3,18 @@
 use std::collections::BTreeMap;
 
 use super::bad_enum;
-use crate::error::{echo, Error, Result};
+use crate::error::{Error, Result};
 use crate::oci::{IdMapping, NamespaceMode, UserNamespace, UserNamespaceMode};
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::{Dns, PodName, PortMapping, SandboxRequest};
 
-/// The runtime handlers bosun answers to ("" is the default, which is runc).
-pub const RUNTIME_HANDLERS: [&str; 2] = ["", "runc"];
-
-/// Converts a RunPodSandbox request's config and runtime handler, validating what CRI requires.
+/// Converts a RunPodSandbox request's config and runtime handler, validating what CRI
+/// requires (the handler is checked against the configured ones by the runtime).
 pub fn sandbox_request(
     config: Option<pb::PodSandboxConfig>,
     runtime_handler: &str,
 ) -> Result<SandboxRequest> {
     let config = config.ok_or_else(|| Error::invalid("sandbox config is required"))?;
-    if !RUNTIME_HANDLERS.contains(&runtime_handler) {
-        return Err(Error::invalid(format!(
-            "runtime handler {:?} is not supported (bosun has \"runc\")",
-            echo(runtime_handler)
-        )));
-    }
     let pod = pod_name(config.metadata)?;
     let linux = config.linux.unwrap_or_default();
     let security = linux.security_context.unwrap_or_default();

@@ -4,11 +4,10 @@ use std::collections::HashMap;
 
 use super::container::mount_to_proto;
 use super::resources::resources_to_proto;
-use super::sandbox::{
-    id_mappings_to_proto, namespace_mode_to_proto, pod_metadata, unsorted, RUNTIME_HANDLERS,
-};
+use super::sandbox::{id_mappings_to_proto, namespace_mode_to_proto, pod_metadata, unsorted};
 use super::signal::stop_signal_to_proto;
 use crate::network::NetworkStatus;
+use crate::oci::runc::{Handler, Handlers};
 use crate::oci::HostFacts;
 use crate::proto::runtime::v1 as pb;
 use crate::runtime::{
@@ -92,20 +91,52 @@ pub fn sandbox_status(
     }
 }
 
-/// Status's runtime handlers (the default "" and its name "runc", one runtime behind both)
-/// with what this node can do: recursive read-only mounts and user namespaces only when the
-/// probes at start found them working (critest and the kubelet rely on these).
-pub fn runtime_handlers(host: &HostFacts) -> Vec<pb::RuntimeHandler> {
-    RUNTIME_HANDLERS
-        .iter()
-        .map(|name| pb::RuntimeHandler {
+/// Status's runtime handlers: the default "" and every usable handler, each with what it can
+/// do here: recursive read-only mounts and user namespaces only when the probes at start found
+/// them working for the node and that runtime (critest and the kubelet rely on these).
+pub fn runtime_handlers(host: &HostFacts, handlers: &Handlers) -> Vec<pb::RuntimeHandler> {
+    let features = |h: &Handler| pb::RuntimeHandlerFeatures {
+        recursive_read_only_mounts: host.recursive_read_only && h.recursive_read_only,
+        user_namespaces: host.user_namespaces && h.user_namespaces,
+    };
+    let default = handlers.default_handler();
+    std::iter::once(("", default.as_ref()))
+        .chain(
+            handlers
+                .iter()
+                .filter(|h| h.unusable.is_none())
+                .map(|h| (h.name.as_str(), h.as_ref())),
+        )
+        .map(|(name, h)| pb::RuntimeHandler {
             name: name.to_string(),
-            features: Some(pb::RuntimeHandlerFeatures {
-                recursive_read_only_mounts: host.recursive_read_only,
-                user_namespaces: host.user_namespaces,
-            }),
+            features: Some(features(h)),
         })
         .collect()
+}
+
+/// Status verbose info `runtimeHandlers`: every configured handler, its binary, root,
+/// version, features and, when it cannot run pods here, why.
+pub fn runtime_handlers_info(handlers: &Handlers) -> String {
+    let list: Vec<serde_json::Value> = handlers
+        .iter()
+        .map(|h| {
+            serde_json::json!({
+                "name": h.name,
+                "binary": h.binary,
+                "root": h.root,
+                "options": h.options,
+                "version": h.version,
+                "recursiveReadOnlyMounts": h.recursive_read_only,
+                "userNamespaces": h.user_namespaces,
+                "podOverhead": h.overhead.map(|(cpu, mem)| serde_json::json!({
+                    "cpuMillis": cpu, "memoryBytes": mem,
+                })),
+                "usable": h.unusable.is_none(),
+                "reason": h.unusable.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list).to_string()
 }
 
 /// Status's runtime features: supplemental groups policies are resolved by bosun itself (from

@@ -38,6 +38,8 @@ pub(super) async fn status(cri: &CriRuntime, req: pb::StatusRequest) -> Result<p
             "message": host.apparmor_message,
         });
         info.insert("apparmor".to_string(), apparmor.to_string());
+        let handlers = st::runtime_handlers_info(cri.runtime.handlers());
+        info.insert("runtimeHandlers".to_string(), handlers);
         if let Some(s) = &cri.streaming {
             info.insert("streamingAddress".to_string(), s.addr().to_string());
         }
@@ -47,7 +49,7 @@ pub(super) async fn status(cri: &CriRuntime, req: pb::StatusRequest) -> Result<p
             conditions: conditions(cri),
         }),
         info,
-        runtime_handlers: st::runtime_handlers(cri.runtime.host()),
+        runtime_handlers: st::runtime_handlers(cri.runtime.host(), cri.runtime.handlers()),
         features: Some(st::runtime_features()),
     })
 }

@@ -121,6 +121,11 @@ pub struct Runc {
     /// runc's systemd cgroup driver (`--systemd-cgroup` on every command, as containerd's
     /// shim passes it): container cgroups are systemd scopes.
     pub systemd_cgroup: bool,
+    /// Global options before every command (a handler's `options`).
+    pub options: Vec<String>,
+    /// The runtime is runc: start and the delete of a stopped container may be done
+    /// in-process from runc's own state files (`fifo`, `delete`).
+    pub in_process: bool,
 }
 
 impl Runc {
@@ -132,13 +137,16 @@ impl Runc {
             tmp_dir: std::env::temp_dir(),
             command_timeout: Duration::from_secs(120),
             systemd_cgroup: false,
+            options: Vec::new(),
+            in_process: true,
         }
     }
 
     /// `runc --root R --log-format json [--log FILE]`, clean signal state, no stdin.
     pub(crate) fn command(&self, log: Option<&std::path::Path>) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.binary);
-        cmd.arg("--root")
+        cmd.args(&self.options)
+            .arg("--root")
             .arg(&self.root)
             .arg("--log-format")
             .arg("json");
@@ -249,7 +257,7 @@ fn is_plain_name(id: &str) -> bool {
 impl OciRuntime for Runc {
     async fn start(&self, id: &str) -> Result<()> {
         // runc's own mechanism, without starting the runc binary (see `runtime::fifo`).
-        if is_plain_name(id) {
+        if self.in_process && is_plain_name(id) {
             let dir = self.root.join(id);
             let released = tokio::task::spawn_blocking(move || super::fifo::release(&dir)).await;
             match released {
@@ -285,7 +293,7 @@ impl OciRuntime for Runc {
 
     async fn delete_stopped(&self, id: &str) -> Result<()> {
         // The systemd driver's cgroups are scopes only systemd (through runc) stops.
-        if !self.systemd_cgroup {
+        if !self.systemd_cgroup && self.in_process {
             let (root, cid) = (self.root.clone(), id.to_string());
             let outcome =
                 tokio::task::spawn_blocking(move || super::delete::delete_stopped(&root, &cid))

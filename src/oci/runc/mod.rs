@@ -13,8 +13,10 @@ pub mod exec_stream;
 pub mod fake;
 pub mod features;
 pub mod fifo;
+pub mod handlers;
 pub(crate) mod proc_tree;
 
 pub use command::{wait_exec, ExecOutput, OciRuntime, Runc, State, EXEC_OUTPUT_CAP};
 pub use exec_stream::{ExecKiller, ExecProcess, ExecStdio};
 pub use fake::{Call, FakeRuntime};
+pub use handlers::{Handler, Handlers, NodeFacts};

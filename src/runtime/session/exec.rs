@@ -42,7 +42,10 @@ impl Runtime {
             stdout: req.stdout && !req.tty,
             stderr: req.stderr && !req.tty,
         };
-        let mut proc = self.runc.exec_stream(&id, &process, stdio, None).await?;
+        let mut proc = self
+            .runc(&id)
+            .exec_stream(&id, &process, stdio, None)
+            .await?;
         let killer = proc.killer();
         let io_err = |what: &str, e: std::io::Error| {
             Error::internal(format!("container {id}: exec: {what}: {e}"))

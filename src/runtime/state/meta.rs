@@ -88,7 +88,7 @@ pub struct SandboxRequest {
     pub labels: BTreeMap<String, String>,
     /// Annotations, returned unchanged.
     pub annotations: BTreeMap<String, String>,
-    /// The runtime handler asked for (only "" and "runc" exist).
+    /// The runtime handler asked for ("": the default, runc).
     pub runtime_handler: String,
     /// LinuxPodSandboxConfig.cgroup_parent.
     pub cgroup_parent: String,
@@ -167,6 +167,8 @@ pub struct ContainerMeta {
     pub lower_dirs: Vec<PathBuf>,
     /// The volatile directory: bundle (config.json, rootfs mount point) and exit file.
     pub state_dir: PathBuf,
+    /// The sandbox's runtime handler, by name ("": the default, as older metas say).
+    pub runtime_handler: String,
 }
 
 impl ContainerMeta {
