@@ -9,6 +9,8 @@
 # driver starts the bosun built beside $BOSUN_IT with registry.k8s.io, gcr.io and docker.io
 # mirrored to it, its own socket, root, state, network and cgroups, runs critest on its socket
 # (every spec; critest itself skips the 5 benchmark specs), then removes the pods and stops it.
+# A spec that fails is retried once (--ginkgo.flake-attempts 2): one that then passes is named
+# as FLAKED with its first failure and the daemon's warnings, and counted in the summary line.
 # critest: $BOSUN_CRITEST, else ../shared/bin/critest from the repository root, else PATH;
 # without it or the images: `SKIP critest: <reason>`, counted as ignored.
 #
@@ -100,7 +102,7 @@ try:
     root = ET.parse(sys.argv[1]).getroot()
 except Exception as err:
     print("0 0 0"); print(f"FAIL: [no junit report: {err}]"); sys.exit()
-passed = failed = skipped = 0; fails = []
+passed = failed = skipped = 0; fails = []; flaked = []
 for tc in root.iter("testcase"):
     name = tc.get("name", "")
     bad = tc.find("failure") is not None or tc.find("error") is not None
@@ -110,11 +112,20 @@ for tc in root.iter("testcase"):
     if tc.find("skipped") is not None or tc.get("status") in ("skipped", "pending"):
         skipped += 1
     elif bad:
-        failed += 1; fails.append(name)
+        failed += 1
+        node = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+        why = " ".join((node.get("message") or node.text or "").split())[:400]
+        fails.append(f"{name} :: {why}" if why else name)
     else:
         passed += 1
+        # Passed on a retry (--ginkgo.flake-attempts): said, with the first attempt's failure.
+        err = tc.findtext("system-err") or ""
+        if "Attempt #1" in err and "Retrying" in err:
+            why = err.split("[FAILED]", 1)[1] if "[FAILED]" in err else ""
+            flaked.append(f"{name} :: {' '.join(why.split())[:400]}")
 print(passed, failed, skipped)
 for name in fails: print("FAIL: " + name)
+for name in flaked: print("FLAKED: " + name)
 EOF
 }
 
@@ -161,7 +172,7 @@ EOF
   started=$(date +%s)
   "$critest" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
     --test-images-file "$work/test-images.yaml" --report-dir "$dir/report" \
-    --ginkgo.junit-report "$dir/report/junit.xml" --ginkgo.no-color "$@" \
+    --ginkgo.junit-report "$dir/report/junit.xml" --ginkgo.no-color --ginkgo.flake-attempts 2 "$@" \
     >"$dir/critest.log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - started ))
@@ -172,8 +183,15 @@ EOF
   fails=$(echo "$out" | sed -n 's/^FAIL: //p')
   known=$(echo "$fails" | grep -c -F "$KNOWN_OFFLINE")
   other=$(echo "$fails" | grep -v -F "$KNOWN_OFFLINE" | grep -c .)
-  line="critest driver $driver: $passed passed, $failed failed, $skipped skipped ($secs s)"
+  flaked=$(echo "$out" | sed -n 's/^FLAKED: //p')
+  retried=$(echo "$flaked" | grep -c .)
+  line="critest driver $driver: $passed passed ($retried on a retry), $failed failed, $skipped skipped ($secs s)"
   echo "$line"
+  if [ "$retried" -gt 0 ]; then
+    echo "$flaked" | sed 's/^/  FLAKED (failed once, passed on the retry): /'
+    echo "  the daemon's warnings and errors:"
+    grep -E ' (WARN|ERROR) ' "$dir/daemon.log" | tail -n 12 | sed 's/^/    /'
+  fi
   echo "$fails" | grep . | while read -r name; do
     case "$name" in
       *"$KNOWN_OFFLINE"*) echo "  failed (known: upstream's pinned digest, offline): $name" ;;
