@@ -85,6 +85,7 @@ impl Runtime {
         })
         .await
         .map_err(|e| Error::internal(format!("probe the node: {e}")))?;
+        let handlers = handlers?;
         tracing::info!(
             runtime_rro = host.runtime_mounts.rro,
             runtime_idmap = host.runtime_mounts.idmap,

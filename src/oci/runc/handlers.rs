@@ -61,18 +61,29 @@ pub struct NodeFacts {
 #[derive(Debug, Clone)]
 pub struct Handlers {
     list: BTreeMap<String, Arc<Handler>>,
+    /// `runc`, the handler of "" and of objects recorded by an older bosun.
+    default: Arc<Handler>,
 }
 
 impl Handlers {
     /// Probes every handler of `config` (resolved: see [`crate::config::runtimes::resolve`]):
     /// binary found, `--version`, `features`, the node's cgroups. Blocking; creates the
     /// roots of the usable ones. An unusable handler is logged once with the reason.
-    pub fn probe(config: &BTreeMap<String, RuntimeHandlerConfig>, node: &NodeFacts) -> Handlers {
-        let list = config
+    /// InvalidArgument when `config` has no `runc` (`resolve` always adds it).
+    pub fn probe(
+        config: &BTreeMap<String, RuntimeHandlerConfig>,
+        node: &NodeFacts,
+    ) -> Result<Handlers> {
+        let list: BTreeMap<String, Arc<Handler>> = config
             .iter()
             .map(|(name, c)| (name.clone(), Arc::new(probe_one(name, c, node))))
             .collect();
-        Handlers { list }
+        let default = list.get(DEFAULT_HANDLER).cloned().ok_or_else(|| {
+            Error::invalid(format!(
+                "config: [runtimes] has no {DEFAULT_HANDLER} handler"
+            ))
+        })?;
+        Ok(Handlers { list, default })
     }
 
     /// One handler, `runc`, over `runtime` (unit tests' fakes).
@@ -90,8 +101,10 @@ impl Handlers {
             unusable: None,
             overhead: None,
         };
+        let h = Arc::new(h);
         Handlers {
-            list: BTreeMap::from([(h.name.clone(), Arc::new(h))]),
+            list: BTreeMap::from([(h.name.clone(), h.clone())]),
+            default: h,
         }
     }
 
@@ -102,11 +115,7 @@ impl Handlers {
 
     /// The default handler (`runc`).
     pub fn default_handler(&self) -> &Arc<Handler> {
-        match self.list.get(DEFAULT_HANDLER) {
-            Some(h) => h,
-            // `resolve` always adds it; `single` is it.
-            None => self.list.values().next().expect("a handler"),
-        }
+        &self.default
     }
 
     /// The handler a RunPodSandbox names ("" = the default): InvalidArgument naming the
@@ -293,7 +302,7 @@ mod tests {
             cgroup_unified: unified,
             ..Default::default()
         };
-        Handlers::probe(&config, &node)
+        Handlers::probe(&config, &node).expect("runc is configured")
     }
 
     #[test]
