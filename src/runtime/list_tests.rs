@@ -1,42 +1,12 @@
 //! Lists never miss a live object (issue 28): the interleavings that could run a process for a
 //! container no list shows, forced with fakes.
 
-use std::sync::Arc;
-
-use super::service::Runtime;
 use super::state::meta::{ContainerMeta, SandboxMeta, SandboxRequest};
 use super::state::status::{now_ns, ContainerStatus, SandboxStatus};
-use crate::config::Config;
+use super::test_fixture::{fixture, Fixture};
 use crate::error::{Error, ErrorKind};
-use crate::image::service::Images;
-use crate::oci::{ContainerRequest, FakeLauncher, FakeRuntime, HostFacts};
+use crate::oci::ContainerRequest;
 use crate::runtime::PodName;
-
-struct Fixture {
-    dir: tempfile::TempDir,
-    rt: Arc<Runtime>,
-    launcher: Arc<FakeLauncher>,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = Config {
-        root: dir.path().join("root"),
-        state: dir.path().join("state"),
-        ..Config::default()
-    };
-    let images = Images::open(&config).expect("images");
-    let launcher = Arc::new(FakeLauncher::default());
-    let rt = Runtime::with_parts(
-        Arc::new(config),
-        images,
-        Arc::new(FakeRuntime::new()),
-        launcher.clone(),
-        HostFacts::default(),
-    )
-    .expect("runtime");
-    Fixture { dir, rt, launcher }
-}
 
 /// A READY sandbox and a CREATED (never started) container in it; the container's id.
 fn created_container(fx: &Fixture) -> String {

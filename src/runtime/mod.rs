@@ -27,6 +27,8 @@ mod network_tests;
 #[cfg(test)]
 mod stop_tests;
 #[cfg(test)]
+pub(crate) mod test_fixture;
+#[cfg(test)]
 mod validate_fuzz;
 #[cfg(test)]
 mod validate_tests;

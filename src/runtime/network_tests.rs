@@ -1,45 +1,13 @@
 //! Sandbox networking with the fake network: DEL on stop before the netns goes, once per
 //! attach as far as the runtime is concerned, kept for a retry when it fails, run by recovery.
 
-use std::sync::Arc;
-
-use super::service::Runtime;
 use super::state::meta::{SandboxMeta, SandboxRequest};
 use super::state::status::{now_ns, SandboxState, SandboxStatus};
-use crate::config::Config;
-use crate::image::service::Images;
+use super::test_fixture::{fixture, Fixture};
 use crate::network::fake::Call;
 use crate::network::{FakeNetwork, Network};
-use crate::oci::{FakeLauncher, FakeRuntime, HostFacts, NamespaceMode};
+use crate::oci::NamespaceMode;
 use crate::runtime::PodName;
-
-struct Fixture {
-    dir: tempfile::TempDir,
-    rt: Arc<Runtime>,
-    net: Arc<FakeNetwork>,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = Config {
-        root: dir.path().join("root"),
-        state: dir.path().join("state"),
-        ..Config::default()
-    };
-    let images = Images::open(&config).expect("images");
-    let net = Arc::new(FakeNetwork::default());
-    let rt = Runtime::with_network(
-        Arc::new(config),
-        images,
-        Arc::new(FakeRuntime::new()),
-        Arc::new(FakeLauncher::default()),
-        HostFacts::default(),
-        net.clone(),
-        crate::cgroups::warm::Warmer::default(),
-    )
-    .expect("runtime");
-    Fixture { dir, rt, net }
-}
 
 /// A sandbox record as RunPodSandbox leaves it: READY (or only CREATED), attached with the
 /// fake's address when it has its own network.

@@ -1,48 +1,15 @@
 //! The stop sequence with a fake runc and a paused clock: signal choice, deadlines that only shorten, callers that go away.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::service::Runtime;
 use super::state::meta::ContainerMeta;
 use super::state::status::{now_ns, ContainerState, ContainerStatus};
-use crate::config::Config;
-use crate::image::service::Images;
+use super::test_fixture::{fixture, Fixture};
 use crate::monitor::exit_record::ExitRecord;
 use crate::oci::runc::fake::Call;
-use crate::oci::{ContainerExit, ContainerRequest, FakeLauncher, FakeRuntime, HostFacts};
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    rt: Arc<Runtime>,
-    runc: Arc<FakeRuntime>,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = Config {
-        root: dir.path().join("root"),
-        state: dir.path().join("state"),
-        ..Config::default()
-    };
-    let images = Images::open(&config).expect("images");
-    let runc = Arc::new(FakeRuntime::new());
-    let rt = Runtime::with_parts(
-        Arc::new(config),
-        images,
-        runc.clone(),
-        Arc::new(FakeLauncher::default()),
-        HostFacts::default(),
-    )
-    .expect("runtime");
-    Fixture {
-        _dir: dir,
-        rt,
-        runc,
-    }
-}
+use crate::oci::{ContainerExit, ContainerRequest};
 
 /// A RUNNING container record with the given CRI and image stop signals.
 fn running(fx: &Fixture, name: &str, cri: Option<i32>, image: Option<i32>) -> String {

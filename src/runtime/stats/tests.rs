@@ -7,17 +7,18 @@ use std::time::{Duration, Instant};
 
 use super::{StatsState, MIN_RATE_INTERVAL};
 use crate::cgroups::{self, V1};
-use crate::config::Config;
-use crate::image::service::Images;
-use crate::oci::{ContainerRequest, FakeLauncher, FakeRuntime, HostFacts, NamespaceMode};
-use crate::runtime::service::Runtime;
+use crate::oci::{ContainerRequest, NamespaceMode};
 use crate::runtime::state::meta::{ContainerMeta, SandboxMeta, SandboxRequest};
 use crate::runtime::state::status::{now_ns, ContainerStatus, SandboxStatus};
+use crate::runtime::test_fixture::Fixture;
 use crate::runtime::{Filter, PodName};
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    rt: Arc<Runtime>,
+/// The shared fixture with a fabricated cgroup v1 tree under its directory.
+fn fixture() -> Fixture {
+    let fx = crate::runtime::test_fixture::fixture();
+    fx.rt
+        .set_cgroups(Arc::new(V1::new(&fx.dir.path().join("cgroup"))));
+    fx
 }
 
 fn cg(root: &Path, controller: &str, dir: &str, file: &str, text: &str) {
@@ -45,26 +46,6 @@ fn cgroup(fx: &Fixture, dir: &str, cpu: u64, mem: u64, pids: u64) {
         "total_inactive_file 1000\ntotal_rss 500\n",
     );
     cg(root, "pids", dir, "pids.current", &format!("{pids}\n"));
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = Config {
-        root: dir.path().join("root"),
-        state: dir.path().join("state"),
-        ..Config::default()
-    };
-    let images = Images::open(&config).expect("images");
-    let rt = Runtime::with_parts(
-        Arc::new(config),
-        images,
-        Arc::new(FakeRuntime::new()),
-        Arc::new(FakeLauncher::default()),
-        HostFacts::default(),
-    )
-    .expect("runtime");
-    rt.set_cgroups(Arc::new(V1::new(&dir.path().join("cgroup"))));
-    Fixture { dir, rt }
 }
 
 fn sandbox(fx: &Fixture, name: &str, parent: &str, network: NamespaceMode) -> String {
@@ -318,25 +299,11 @@ fn a_pod_network_namespace_that_is_gone_gives_no_network_stats() {
 
 #[test]
 fn systemd_driver_on_cgroup_v2_reads_the_scope_under_the_pod_slice() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = Config {
-        root: dir.path().join("root"),
-        state: dir.path().join("state"),
-        cgroup_driver: crate::config::CgroupDriver::Systemd,
-        ..Config::default()
-    };
-    let images = Images::open(&config).expect("images");
-    let rt = Runtime::with_parts(
-        Arc::new(config),
-        images,
-        Arc::new(FakeRuntime::new()),
-        Arc::new(FakeLauncher::default()),
-        HostFacts::default(),
-    )
-    .expect("runtime");
-    let v2_root = dir.path().join("unified");
-    rt.set_cgroups(Arc::new(cgroups::V2::new(&v2_root)));
-    let fx = Fixture { dir, rt };
+    let fx = crate::runtime::test_fixture::fixture_with(|c| {
+        c.cgroup_driver = crate::config::CgroupDriver::Systemd;
+    });
+    let v2_root = fx.dir.path().join("unified");
+    fx.rt.set_cgroups(Arc::new(cgroups::V2::new(&v2_root)));
     let sb = sandbox(
         &fx,
         "pod",
