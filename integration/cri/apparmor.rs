@@ -1,4 +1,4 @@
-//! AppArmor over CRI with real runc: a Localhost profile the kernel has not loaded (or where AppArmor is off) is refused before anything is made; where AppArmor is on, bosun's runtime-default profile confines RuntimeDefault and unset containers, privileged and Unconfined ones run unconfined, and a Localhost profile the test loads is enforced.
+//! AppArmor over CRI with real runc: a Localhost profile the kernel has not loaded (or where AppArmor is off) is refused before anything is made; where AppArmor is on, bosun's runtime-default profile confines RuntimeDefault and unset containers (loaded again when removed), privileged and Unconfined ones run unconfined, and a Localhost profile the test loads is enforced.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,7 +24,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             refused,
         ),
         trial(
-            "cri::apparmor::runtime_default_confines_privileged_and_unconfined_do_not",
+            "cri::apparmor::runtime_default_confines_privileged_and_unconfined_do_not_and_is_reloaded",
             NEEDS_APPARMOR,
             runtime_default,
         ),
@@ -177,6 +177,26 @@ fn runtime_default() -> Result<()> {
         ensure!(
             out.first().map(|l| l.trim_end_matches('\0')) == Some("unconfined"),
             "privileged: /proc/self/attr/current says {out:?}"
+        );
+
+        // Someone removes the profile from the kernel: the next RuntimeDefault container loads
+        // it again (as containerd does) instead of being refused or running unconfined.
+        std::fs::write("/sys/kernel/security/apparmor/.remove", DEFAULT_PROFILE)
+            .context("remove bosun-default from the kernel")?;
+        let loaded = std::fs::read_to_string("/sys/kernel/security/apparmor/profiles")?;
+        ensure!(
+            !loaded
+                .lines()
+                .any(|l| l.starts_with(&format!("{DEFAULT_PROFILE} "))),
+            "{DEFAULT_PROFILE} is still loaded after .remove"
+        );
+        let c = pod.container("after-removal", &busybox).security(|sc| {
+            sc.apparmor = profile(ProfileType::RuntimeDefault, "");
+        });
+        let out = cri::run_to_completion(&mut rt, &pod, &label_then(c, "echo done")).await?;
+        ensure!(
+            out.first().map(|l| l.trim_end_matches('\0')) == Some(confined.as_str()),
+            "after the profile was removed: /proc/self/attr/current says {out:?}, want {confined:?}"
         );
         Ok(())
     })

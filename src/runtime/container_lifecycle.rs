@@ -43,6 +43,7 @@ impl Runtime {
             self.host.apparmor,
             self.host.apparmor_default_profile.as_deref(),
             || std::fs::read_to_string(crate::oci::apparmor::PROFILES_FILE),
+            || crate::oci::apparmor::reload_default(&self.layout.apparmor_dir()),
         )?;
         let lock = self.sandbox_lock(sandbox.id());
         let _guard = lock.read().await;

@@ -63,13 +63,17 @@ impl Runtime {
         };
         std::fs::create_dir_all(&node.tmp_dir)
             .ctx(|| format!("create {}", node.tmp_dir.display()))?;
-        let (runtime, store) = (config.runtime.clone(), config.root.clone());
+        let runtime = config.runtime.clone();
+        let (store, profile_dir) = (
+            config.root.clone(),
+            Layout::new(&config.root, &config.state).apparmor_dir(),
+        );
         let t = std::time::Instant::now();
         let (host, handlers) = tokio::task::spawn_blocking(move || {
             host.probe_extensions(&runtime, Path::new("/proc/self/exe"), &store);
             if host.apparmor {
                 let t = std::time::Instant::now();
-                let p = crate::oci::apparmor::load_default(&store.join("apparmor"));
+                let p = crate::oci::apparmor::load_default(&profile_dir);
                 match &p.name {
                     Some(name) => tracing::info!(
                         profile = %name,

@@ -189,16 +189,24 @@ pub fn localhost_name<'a>(object: &str, name: &'a str, enabled: bool) -> Result<
     Ok(name)
 }
 
+/// Loads [`DEFAULT_PROFILE`] again from `dir` (someone removed it from the kernel since start).
+pub fn reload_default(dir: &Path) -> std::result::Result<(), String> {
+    let parser = find_parser().ok_or("apparmor_parser not found")?;
+    write_and_load(dir, &parser).map(|_| ())
+}
+
 /// CreateContainer's AppArmor check, before anything is made: a Localhost profile needs
 /// AppArmor on the host and must be loaded in the kernel (`loaded` lists the names, read only
-/// when needed), as containerd checks; so must the runtime-default profile a container would
-/// get (it may have been removed since start). Errors name the profile.
+/// when needed), as containerd checks. The runtime-default profile a container would get may
+/// have been removed since start (`apparmor_parser -R`): it is loaded again with `reload`, as
+/// containerd does at container creation. Errors name the profile.
 pub fn check(
     object: &str,
     sec: &Security,
     enabled: bool,
     default_profile: Option<&str>,
     loaded: impl FnOnce() -> std::io::Result<String>,
+    reload: impl FnOnce() -> std::result::Result<(), String>,
 ) -> Result<()> {
     let name = match &sec.apparmor {
         SecurityProfile::Unconfined => return Ok(()),
@@ -218,14 +226,21 @@ pub fn check(
     if parse_loaded(&text).contains(&name) {
         return Ok(());
     }
-    let hint = if Some(name) == default_profile {
-        "it was removed since bosun started; restart bosun to load it again"
-    } else {
-        "load it first (apparmor_parser)"
-    };
+    if Some(name) == default_profile {
+        return match reload() {
+            Ok(()) => {
+                tracing::warn!(profile = %name, "AppArmor profile was removed since start: loaded it again");
+                Ok(())
+            }
+            Err(e) => Err(Error::precondition(format!(
+                "{object}: security_context.apparmor: profile {name:?} was removed from the \
+                 kernel since bosun started and loading it again failed: {e}"
+            ))),
+        };
+    }
     Err(Error::precondition(format!(
         "{object}: security_context.apparmor: profile {name:?} is not loaded in the kernel \
-         ({hint})"
+         (load it first with apparmor_parser)"
     )))
 }
 

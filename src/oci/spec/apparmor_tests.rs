@@ -25,6 +25,10 @@ fn unread() -> std::io::Result<String> {
     panic!("the profiles file must not be read for this request")
 }
 
+fn no_reload() -> Result<(), String> {
+    panic!("nothing may be reloaded for this request")
+}
+
 #[test]
 fn profile_text_names_itself_and_denies_the_kernel_knobs() {
     let t = profile_text("bosun-default");
@@ -64,15 +68,15 @@ fn parse_loaded_reads_names_with_any_mode() {
 #[test]
 fn localhost_must_be_loaded_and_apparmor_on() {
     let ok = sec(SecurityProfile::Localhost("lsb_release".into()), false);
-    check("c", &ok, true, None, list).expect("loaded (complain mode counts)");
+    check("c", &ok, true, None, list, no_reload).expect("loaded (complain mode counts)");
     let prefixed = sec(
         SecurityProfile::Localhost("localhost/with space".into()),
         false,
     );
-    check("c", &prefixed, true, None, list).expect("prefix stripped, spaces kept");
+    check("c", &prefixed, true, None, list, no_reload).expect("prefix stripped, spaces kept");
 
     let missing = sec(SecurityProfile::Localhost("not-loaded".into()), false);
-    let e = check("c", &missing, true, None, list).expect_err("refused");
+    let e = check("c", &missing, true, None, list, no_reload).expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
     assert!(
         e.to_string().contains("\"not-loaded\" is not loaded"),
@@ -81,9 +85,9 @@ fn localhost_must_be_loaded_and_apparmor_on() {
 
     // A privileged container gets its Localhost profile too (as containerd): checked.
     let privileged = sec(SecurityProfile::Localhost("not-loaded".into()), true);
-    assert!(check("c", &privileged, true, None, list).is_err());
+    assert!(check("c", &privileged, true, None, list, no_reload).is_err());
 
-    let e = check("c", &missing, false, None, unread).expect_err("refused");
+    let e = check("c", &missing, false, None, unread, no_reload).expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
     assert!(
         e.to_string().contains("\"not-loaded\"") && e.to_string().contains("not enabled"),
@@ -91,12 +95,17 @@ fn localhost_must_be_loaded_and_apparmor_on() {
     );
 
     let empty = sec(SecurityProfile::Localhost("localhost/".into()), false);
-    let e = check("c", &empty, true, None, unread).expect_err("refused");
+    let e = check("c", &empty, true, None, unread, no_reload).expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
 
-    let e = check("c", &ok, true, None, || {
-        Err(std::io::Error::other("denied"))
-    })
+    let e = check(
+        "c",
+        &ok,
+        true,
+        None,
+        || Err(std::io::Error::other("denied")),
+        no_reload,
+    )
     .expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
     assert!(e.to_string().contains("denied"), "{e}");
@@ -105,17 +114,31 @@ fn localhost_must_be_loaded_and_apparmor_on() {
 #[test]
 fn runtime_default_is_checked_only_when_a_profile_applies() {
     let rd = sec(SecurityProfile::RuntimeDefault, false);
-    check("c", &rd, false, None, unread).expect("AppArmor off: nothing applies");
-    check("c", &rd, true, None, unread).expect("no default loaded: unconfined");
+    check("c", &rd, false, None, unread, no_reload).expect("AppArmor off: nothing applies");
+    check("c", &rd, true, None, unread, no_reload).expect("no default loaded: unconfined");
     let privileged = sec(SecurityProfile::RuntimeDefault, true);
-    check("c", &privileged, true, Some("gone"), unread).expect("privileged: unconfined");
+    check("c", &privileged, true, Some("gone"), unread, no_reload).expect("privileged: unconfined");
     let unconfined = sec(SecurityProfile::Unconfined, false);
-    check("c", &unconfined, true, Some("gone"), unread).expect("unconfined");
+    check("c", &unconfined, true, Some("gone"), unread, no_reload).expect("unconfined");
 
-    check("c", &rd, true, Some("bosun-default"), list).expect("loaded");
-    let e = check("c", &rd, true, Some("gone"), list).expect_err("refused");
+    check("c", &rd, true, Some("bosun-default"), list, no_reload).expect("loaded");
+
+    // Removed since start (`apparmor_parser -R`): loaded again on the spot, as containerd does.
+    let reloaded = std::cell::Cell::new(false);
+    check("c", &rd, true, Some("gone"), list, || {
+        reloaded.set(true);
+        Ok(())
+    })
+    .expect("reloaded");
+    assert!(reloaded.get());
+    let failed = || Err("apparmor_parser not found".to_string());
+    let e = check("c", &rd, true, Some("gone"), list, failed).expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
-    assert!(e.to_string().contains("restart bosun"), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("\"gone\"") && msg.contains("apparmor_parser not found"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -21,6 +21,11 @@ impl Layout {
         }
     }
 
+    /// Where bosun writes its AppArmor profile before loading it.
+    pub fn apparmor_dir(&self) -> PathBuf {
+        self.durable.join("apparmor")
+    }
+
     /// runc's `--root`.
     pub fn runc_root(&self) -> PathBuf {
         self.volatile.join("runc")
