@@ -141,11 +141,14 @@ pub fn load_default(dir: &Path) -> DefaultProfile {
     }
 }
 
-/// Writes the profile to `dir/bosun-default` (atomically: a second daemon may read it) and
+/// Writes the profile to `dir/bosun-default` (atomically: a second daemon or a concurrent reload may read it) and
 /// loads it with `parser`, skipping the parser's cache.
 fn write_and_load(dir: &Path, parser: &Path) -> std::result::Result<PathBuf, String> {
     let file = dir.join(DEFAULT_PROFILE);
-    let tmp = dir.join(format!(".{DEFAULT_PROFILE}.{}", std::process::id()));
+    // Unique per call: two CreateContainers may reload at once.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{DEFAULT_PROFILE}.{}.{seq}", std::process::id()));
     std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(&tmp, profile_text(DEFAULT_PROFILE)))
         .and_then(|()| std::fs::rename(&tmp, &file))
