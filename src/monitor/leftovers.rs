@@ -25,6 +25,8 @@ pub struct Leftovers {
     root: PathBuf,
     id: String,
     systemd_cgroup: bool,
+    /// The handler's global options (`--runtime-option`), first, as for `run` (monitor::runc).
+    options: Vec<String>,
 }
 
 impl Leftovers {
@@ -37,12 +39,14 @@ impl Leftovers {
             root: config.runtime_root.clone(),
             id: config.id.clone(),
             systemd_cgroup: config.systemd_cgroup,
+            options: config.runtime_options.clone(),
         })
     }
 
     /// The runtime's command line after its binary.
     pub fn kill_args(&self) -> Vec<std::ffi::OsString> {
-        let mut args: Vec<std::ffi::OsString> = vec!["--root".into(), self.root.clone().into()];
+        let mut args: Vec<std::ffi::OsString> = self.options.iter().map(Into::into).collect();
+        args.extend(["--root".into(), self.root.clone().into()]);
         if self.systemd_cgroup {
             // As for every other runc call of this container (oci::runc, monitor::runc).
             args.push("--systemd-cgroup".into());
@@ -179,6 +183,19 @@ mod tests {
                 "KILL"
             ]
         );
+        // A handler's options come first, as in `run` (they are the runtime's global flags).
+        let mut opts = config.clone();
+        opts.runtime_options = vec!["--debug".into()];
+        let args: Vec<String> = Leftovers::for_container(&opts)
+            .expect("shared")
+            .kill_args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            ["--debug", "--root", "/run/r", "kill", "--all", "c1", "KILL"]
+        );
     }
 
     #[test]
@@ -191,6 +208,7 @@ mod tests {
             root: "/r".into(),
             id: "c".into(),
             systemd_cgroup: false,
+            options: Vec::new(),
         };
         l.kill().expect("kill");
         let missing = Leftovers {
