@@ -197,6 +197,16 @@ EOF
   retried=$(echo "$flaked" | grep -c .)
   line="critest ${label}driver $driver: $passed passed ($retried on a retry), $failed failed, $skipped skipped ($secs s)"
   echo "$line"
+  # With a handler, every pod critest made must have been on it (the daemon logs each
+  # sandbox's handler): a run that fell back to runc would prove nothing.
+  off=0
+  if [ -n "$handler" ]; then
+    ready=$(grep -c 'sandbox ready' "$dir/daemon.log")
+    on=$(grep 'sandbox ready' "$dir/daemon.log" | grep -c -E "handler=$handler( |\$)")
+    off=$((ready - on))
+    echo "  pods on $handler: $on of $ready"
+    [ "$on" -gt 0 ] && [ "$off" -eq 0 ] || off=$((off + 1))
+  fi
   if [ "$retried" -gt 0 ]; then
     echo "$flaked" | sed 's/^/  FLAKED (failed once, passed on the retry): /'
     echo "  the daemon's warnings and errors:"
@@ -208,7 +218,7 @@ EOF
       *) echo "  FAILED: $name" ;;
     esac
   done
-  if [ "$other" -gt 0 ] || { [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; }; then
+  if [ "$other" -gt 0 ] || [ "$off" -gt 0 ] || { [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; }; then
     status=1
     echo "  critest exit $rc; its log's last lines:"
     tail -n 30 "$dir/critest.log" | sed 's/^/    /'
