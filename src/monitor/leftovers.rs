@@ -156,23 +156,22 @@ mod tests {
         assert_eq!(Leftovers::for_container(&config), None);
         write(r#"{"type": "pid", "path": "/proc/7/ns/pid"}"#);
         let l = Leftovers::for_container(&config).expect("shared pid namespace");
-        let args: Vec<String> = l
-            .kill_args()
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(args, ["--root", "/run/r", "kill", "--all", "c1", "KILL"]);
+        let args_of = |l: &Leftovers| -> Vec<String> {
+            l.kill_args()
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            args_of(&l),
+            ["--root", "/run/r", "kill", "--all", "c1", "KILL"]
+        );
         let systemd = Leftovers {
             systemd_cgroup: true,
             ..l
         };
-        let args: Vec<String> = systemd
-            .kill_args()
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
         assert_eq!(
-            args,
+            args_of(&systemd),
             [
                 "--root",
                 "/run/r",
@@ -186,14 +185,9 @@ mod tests {
         // A handler's options come first, as in `run` (they are the runtime's global flags).
         let mut opts = config.clone();
         opts.runtime_options = vec!["--debug".into()];
-        let args: Vec<String> = Leftovers::for_container(&opts)
-            .expect("shared")
-            .kill_args()
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let with_options = Leftovers::for_container(&opts).expect("shared");
         assert_eq!(
-            args,
+            args_of(&with_options),
             ["--debug", "--root", "/run/r", "kill", "--all", "c1", "KILL"]
         );
     }

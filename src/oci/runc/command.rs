@@ -373,6 +373,15 @@ impl OciRuntime for Runc {
 mod tests {
     use super::*;
 
+    /// [`wait_exec`] on `pid`, which execs sleep 300 ms after `t`, returns once it has.
+    async fn waits_for_sleep(pid: u32, runtime: &Path, t: std::time::Instant) {
+        wait_exec(pid, runtime).await;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
+        assert_eq!(comm.trim_end(), "sleep", "after {:?}", t.elapsed());
+        let waited = t.elapsed();
+        assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    }
+
     /// A process named as runc's init that execs its real program after 300 ms: the wait
     /// returns once it has, not before.
     #[tokio::test]
@@ -393,14 +402,7 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(5), "the script never ran");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        wait_exec(pid, Path::new("/nonexistent")).await;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-        assert_eq!(comm.trim_end(), "sleep", "after {:?}", t.elapsed());
-        assert!(
-            t.elapsed() >= Duration::from_millis(250),
-            "{:?}",
-            t.elapsed()
-        );
+        waits_for_sleep(pid, Path::new("/nonexistent"), t).await;
         let _ = child.kill().await;
     }
 
@@ -428,14 +430,7 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        wait_exec(pid, &runtime).await;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-        assert_eq!(comm.trim_end(), "sleep", "after {:?}", t.elapsed());
-        assert!(
-            t.elapsed() >= Duration::from_millis(250),
-            "{:?}",
-            t.elapsed()
-        );
+        waits_for_sleep(pid, &runtime, t).await;
         let _ = child.kill().await;
         // Gone: no wait.
         let _ = child.wait().await;

@@ -182,3 +182,22 @@ impl Worker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handlers_overhead_matches_the_same_amounts_however_written() {
+        let declared = overhead(50, 16 << 20);
+        let q = |cpu: &str, mem: &str| {
+            Amounts::from([
+                ("cpu".to_string(), Quantity(cpu.to_string())),
+                ("memory".to_string(), Quantity(mem.to_string())),
+            ])
+        };
+        assert!(same_amounts(&declared, &q("0.05", "16Mi")));
+        assert!(!same_amounts(&declared, &q("50m", "32Mi")));
+        assert!(!same_amounts(&declared, &q("100m", "16Mi")));
+    }
+}
