@@ -42,8 +42,9 @@ status=${PIPESTATUS[0]}
 # daemons on one host. The whole suite there: hack/vm/run.sh -- hack/vm/suite.sh (docs/testing.md).
 # In the same boot, critest under each driver (hack/vm/critest.sh): its images from
 # test-images/critest on a registry on the guest's loopback, critest from ../shared/bin (SKIP
-# where absent); the digest spec is known to fail offline and counts as ignored. Between the
-# two, the kind node test (hack/kind/lane-test.sh).
+# where absent); the digest spec is known to fail offline and counts as ignored. Then critest
+# once more on the crun handler (--runtime-handler crun, systemd driver), counted the same.
+# Between the suite and critest, the kind node test (hack/kind/lane-test.sh).
 echo "== VM lane (cgroup v2 + systemd)"
 if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null; then
   shares=()
@@ -67,6 +68,7 @@ if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null;
     hack/vm/suite.sh "$@"; s=$?
     if [ -n "$KIND_IMAGE" ]; then hack/kind/lane-test.sh "$KIND_IMAGE" "$KIND_BIN" || s=1; else s=1; fi
     hack/vm/critest.sh || s=1
+    hack/vm/critest.sh --drivers systemd --handler crun || s=1
     exit $s' lane "${VM_SUBSET[@]}" 2>&1 | tee -a target/test.log
   vm_status=${PIPESTATUS[0]}
   [ "$vm_status" -eq 0 ] || status=$vm_status

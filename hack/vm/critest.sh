@@ -2,7 +2,10 @@
 # critest (cri-tools v1.32, the CRI validation suite) against bosun in the VM lane's guest, once
 # per cgroup driver (hack/vm/run.sh -- hack/vm/critest.sh), and one summary line per driver.
 #
-#   hack/vm/critest.sh [--drivers "cgroupfs systemd"] [CRITEST FLAG...]
+#   hack/vm/critest.sh [--drivers "cgroupfs systemd"] [--handler NAME] [CRITEST FLAG...]
+#
+# --handler NAME runs every pod on bosun's runtime handler NAME (critest's --runtime-handler,
+# e.g. crun: docs/runtime-handlers.md); its lines say "critest crun driver D", counted the same.
 #
 # It starts Debian's docker-registry on the guest's 127.0.0.1:5000, pushes critest's images
 # there (test-images/critest, `hack/testimages.py build-critest`; $BOSUN_CRITEST_IMAGES), and per
@@ -23,9 +26,11 @@ set -u
 main() {
 
 drivers="cgroupfs systemd"
+handler=
 while [ $# -gt 0 ]; do
   case "$1" in
     --drivers) drivers="$2"; shift 2 ;;
+    --handler) handler="$2"; shift 2 ;;
     *) break ;;
   esac
 done
@@ -129,6 +134,11 @@ for name in flaked: print("FLAKED: " + name)
 EOF
 }
 
+# With a handler: critest's --runtime-handler, and "crun " in every line naming the run.
+handler_flag=
+label=
+if [ -n "$handler" ]; then handler_flag="--runtime-handler=$handler"; label="$handler "; fi
+
 status=0
 summary=""
 for driver in $drivers; do
@@ -139,7 +149,7 @@ for driver in $drivers; do
   cat >"$dir/config.toml" <<EOF
 socket = "$sock"
 root = "$dir/root"
-state = "/run/bosun-critest-$driver"
+state = "/run/bosun-critest-$handler$driver"
 cgroup_driver = "$driver"
 default_cgroup_parent = "$parent"
 
@@ -165,14 +175,14 @@ mirrors = ["http://127.0.0.1:5000"]
 [registry.hosts."127.0.0.1:5000"]
 plain_http = true
 EOF
-  echo "== critest driver $driver"
+  echo "== critest ${label}driver $driver"
   "$bosun" daemon --config "$dir/config.toml" >"$dir/daemon.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.2; done
   started=$(date +%s)
   "$critest" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
     --test-images-file "$work/test-images.yaml" --report-dir "$dir/report" \
-    --ginkgo.junit-report "$dir/report/junit.xml" --ginkgo.no-color --ginkgo.flake-attempts 2 "$@" \
+    --ginkgo.junit-report "$dir/report/junit.xml" --ginkgo.no-color --ginkgo.flake-attempts 2 ${handler_flag:+"$handler_flag"} "$@" \
     >"$dir/critest.log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - started ))
@@ -185,8 +195,18 @@ EOF
   other=$(echo "$fails" | grep -v -F "$KNOWN_OFFLINE" | grep -c .)
   flaked=$(echo "$out" | sed -n 's/^FLAKED: //p')
   retried=$(echo "$flaked" | grep -c .)
-  line="critest driver $driver: $passed passed ($retried on a retry), $failed failed, $skipped skipped ($secs s)"
+  line="critest ${label}driver $driver: $passed passed ($retried on a retry), $failed failed, $skipped skipped ($secs s)"
   echo "$line"
+  # With a handler, every pod critest made must have been on it (the daemon logs each
+  # sandbox's handler): a run that fell back to runc would prove nothing.
+  off=0
+  if [ -n "$handler" ]; then
+    ready=$(grep -c 'sandbox ready' "$dir/daemon.log")
+    on=$(grep 'sandbox ready' "$dir/daemon.log" | grep -c -E "handler=$handler( |\$)")
+    off=$((ready - on))
+    echo "  pods on $handler: $on of $ready"
+    [ "$on" -gt 0 ] && [ "$off" -eq 0 ] || off=$((off + 1))
+  fi
   if [ "$retried" -gt 0 ]; then
     echo "$flaked" | sed 's/^/  FLAKED (failed once, passed on the retry): /'
     echo "  the daemon's warnings and errors:"
@@ -198,7 +218,7 @@ EOF
       *) echo "  FAILED: $name" ;;
     esac
   done
-  if [ "$other" -gt 0 ] || { [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; }; then
+  if [ "$other" -gt 0 ] || [ "$off" -gt 0 ] || { [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; }; then
     status=1
     echo "  critest exit $rc; its log's last lines:"
     tail -n 30 "$dir/critest.log" | sed 's/^/    /'
@@ -211,7 +231,7 @@ EOF
   summary="$summary$line
 "
   # libtest's format, for hack/test.sh's closing line; the known digest spec counts as ignored.
-  echo "test result: $result. $passed passed; $((failed - known)) failed; $((skipped + known)) ignored; 0 measured; 0 filtered out (critest driver $driver)"
+  echo "test result: $result. $passed passed; $((failed - known)) failed; $((skipped + known)) ignored; 0 measured; 0 filtered out (critest ${label}driver $driver)"
 
   # Clean up: every pod critest left, then the daemon; then say what remains.
   if [ -n "$crictl" ]; then
@@ -228,8 +248,8 @@ EOF
     } | sed 's/^/    /'
   )
   if [ -n "$left" ]; then
-    echo "  critest driver $driver left behind:"; echo "$left"
-    summary="${summary}critest driver $driver: left pods behind (see above)
+    echo "  critest ${label}driver $driver left behind:"; echo "$left"
+    summary="${summary}critest ${label}driver $driver: left pods behind (see above)
 "
   fi
 done

@@ -32,7 +32,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 }
 
 /// `runc --root ROOT list -q`: the container ids under `root`.
-fn listed(root: &Path) -> Result<Vec<String>> {
+pub(crate) fn listed(root: &Path) -> Result<Vec<String>> {
     let runc = runc_bin().context("runc")?;
     let out = std::process::Command::new(runc)
         .arg("--root")

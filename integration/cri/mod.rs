@@ -7,7 +7,7 @@ mod deferred;
 mod events;
 mod exec;
 mod features;
-mod handlers;
+pub mod handlers;
 mod handlers_crun;
 mod hostile;
 mod images;

@@ -25,6 +25,8 @@ pub struct Leftovers {
     root: PathBuf,
     id: String,
     systemd_cgroup: bool,
+    /// The handler's global options (`--runtime-option`), first, as for `run` (monitor::runc).
+    options: Vec<String>,
 }
 
 impl Leftovers {
@@ -37,12 +39,14 @@ impl Leftovers {
             root: config.runtime_root.clone(),
             id: config.id.clone(),
             systemd_cgroup: config.systemd_cgroup,
+            options: config.runtime_options.clone(),
         })
     }
 
     /// The runtime's command line after its binary.
     pub fn kill_args(&self) -> Vec<std::ffi::OsString> {
-        let mut args: Vec<std::ffi::OsString> = vec!["--root".into(), self.root.clone().into()];
+        let mut args: Vec<std::ffi::OsString> = self.options.iter().map(Into::into).collect();
+        args.extend(["--root".into(), self.root.clone().into()]);
         if self.systemd_cgroup {
             // As for every other runc call of this container (oci::runc, monitor::runc).
             args.push("--systemd-cgroup".into());
@@ -152,23 +156,22 @@ mod tests {
         assert_eq!(Leftovers::for_container(&config), None);
         write(r#"{"type": "pid", "path": "/proc/7/ns/pid"}"#);
         let l = Leftovers::for_container(&config).expect("shared pid namespace");
-        let args: Vec<String> = l
-            .kill_args()
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(args, ["--root", "/run/r", "kill", "--all", "c1", "KILL"]);
+        let args_of = |l: &Leftovers| -> Vec<String> {
+            l.kill_args()
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            args_of(&l),
+            ["--root", "/run/r", "kill", "--all", "c1", "KILL"]
+        );
         let systemd = Leftovers {
             systemd_cgroup: true,
             ..l
         };
-        let args: Vec<String> = systemd
-            .kill_args()
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
         assert_eq!(
-            args,
+            args_of(&systemd),
             [
                 "--root",
                 "/run/r",
@@ -178,6 +181,14 @@ mod tests {
                 "c1",
                 "KILL"
             ]
+        );
+        // A handler's options come first, as in `run` (they are the runtime's global flags).
+        let mut opts = config.clone();
+        opts.runtime_options = vec!["--debug".into()];
+        let with_options = Leftovers::for_container(&opts).expect("shared");
+        assert_eq!(
+            args_of(&with_options),
+            ["--debug", "--root", "/run/r", "kill", "--all", "c1", "KILL"]
         );
     }
 
@@ -191,6 +202,7 @@ mod tests {
             root: "/r".into(),
             id: "c".into(),
             systemd_cgroup: false,
+            options: Vec::new(),
         };
         l.kill().expect("kill");
         let missing = Leftovers {

@@ -216,9 +216,7 @@ impl Runtime {
         let run_config = image.config.config.clone();
         let mut host = self.host.clone();
         // What the container's own runtime applies itself (staged on the host otherwise).
-        if self.handlers.iter().count() > 1 {
-            host.runtime_mounts = self.handlers.recorded(&meta.runtime_handler).mounts;
-        }
+        host.runtime_mounts = self.handlers.recorded(&meta.runtime_handler).mounts;
         let opts = SpecOptions {
             cgroup_driver: self.config.cgroup_driver,
             cgroups_path: meta.cgroups_path.clone(),

@@ -96,7 +96,7 @@ impl Runtime {
     /// A start the crash interrupted got its container running: RUNNING from now on.
     async fn adopt_started(self: &Arc<Self>, entry: &ContainerEntry, monitor: i32, pid: u32) {
         let id = entry.id().to_string();
-        crate::oci::runc::wait_exec(pid).await;
+        crate::oci::runc::wait_exec(pid, &self.handler_of(&id).binary).await;
         let mut s = entry.status();
         s.monitor_pid = monitor.unsigned_abs();
         if let Err(e) = s.start(now_ns(), pid) {

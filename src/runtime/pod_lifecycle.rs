@@ -70,7 +70,9 @@ impl Runtime {
             self.drop_sandbox_lock(&id);
             return Err(e);
         }
-        tracing::info!(sandbox = %id, pod = %entry.meta().request.pod.key(), "sandbox ready");
+        let meta = entry.meta();
+        let (pod, handler) = (meta.request.pod.key(), &meta.request.runtime_handler);
+        tracing::info!(sandbox = %id, pod = %pod, handler = %handler, "sandbox ready");
         self.emit(EventKind::Created, &id, &id);
         self.emit(EventKind::Started, &id, &id);
         Ok(id)

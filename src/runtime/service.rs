@@ -149,7 +149,12 @@ impl Runtime {
         warmer: Warmer,
     ) -> Result<Arc<Runtime>> {
         let layout = Layout::new(&config.root, &config.state);
-        let handlers = Handlers::single(runc, &config.runtime, &layout.runc_root());
+        let handlers = Handlers::single(
+            runc,
+            &config.runtime,
+            &layout.runc_root(),
+            host.runtime_mounts,
+        );
         Self::build(config, images, handlers, launcher, host, network, warmer)
     }
 

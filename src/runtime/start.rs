@@ -92,7 +92,7 @@ impl Runtime {
         let monitor_us = t0.elapsed().as_micros() as u64;
         crate::failpoint!("container.start.launched");
         let pid = u32::try_from(launched.init_pid).unwrap_or(0);
-        crate::oci::runc::wait_exec(pid).await;
+        crate::oci::runc::wait_exec(pid, &self.handler_of(&id).binary).await;
         crate::failpoint!("container.start.runc-started");
         let recorded = entry.update(|s| {
             s.monitor_pid = u32::try_from(launched.monitor_pid).unwrap_or(0);
@@ -178,7 +178,7 @@ impl Runtime {
         let started = now_ns();
         match self.runc(id).start(id).await {
             Ok(()) => {
-                crate::oci::runc::wait_exec(st.pid).await;
+                crate::oci::runc::wait_exec(st.pid, &self.handler_of(id).binary).await;
                 entry.update(|s| s.start(started, st.pid))?;
                 self.handle(id).set_init(st.pid);
                 tracing::info!(container = %id, pid = st.pid, "container started");

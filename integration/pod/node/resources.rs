@@ -229,7 +229,7 @@ pub(crate) fn uid(p: &Pod) -> String {
 }
 
 /// The runtime id of pod `name`'s `main` container.
-fn main_id(d: &Daemon, name: &str) -> Result<String> {
+pub(crate) fn main_id(d: &Daemon, name: &str) -> Result<String> {
     let out = pods::cli(d, &["get", name, "-o", "json"])?;
     let p: Pod = serde_json::from_str(&out)?;
     let id = pods::container(&p, "main")

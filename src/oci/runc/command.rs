@@ -5,7 +5,9 @@
 //! runc's own message and the container: `container <id>: runc kill: <message>`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -23,20 +25,38 @@ const RUNC_INIT_COMM: &str = "runc:[2:INIT]";
 /// How long [`wait_exec`] waits at most.
 const EXEC_WAIT: Duration = Duration::from_secs(2);
 
-/// Waits (at most 2 s) until process `pid`, a container's init released by `runc start`, has
-/// exec'd the container's process (or is gone). `runc start` returns once the init is
-/// released, before that exec: a stop signal sent in between reaches runc's init, which loses
-/// it or exits 2, never the container's process (seen 1 in 40 starts here).
-pub async fn wait_exec(pid: u32) {
-    let comm = format!("/proc/{pid}/comm");
+/// Waits (at most 2 s) until process `pid`, a container's init released by `<runtime> start`
+/// (or `run --detach`), has exec'd the container's process (or is gone). The runtime returns
+/// once the init is released, before that exec: a stop signal sent in between reaches the
+/// runtime's own code, which loses it or exits 2, never the container's process (seen with
+/// runc 1 in 40 starts here). `runtime` is the handler's binary (absolute).
+pub async fn wait_exec(pid: u32, runtime: &Path) {
+    let runtime = std::fs::metadata(runtime).ok().map(|m| (m.dev(), m.ino()));
     let deadline = tokio::time::Instant::now() + EXEC_WAIT;
     // A procfs read never blocks: read in place, not through tokio's blocking pool (a
     // thread hop per poll on StartContainer's path).
-    while std::fs::read(&comm).is_ok_and(|c| c.trim_ascii_end() == RUNC_INIT_COMM.as_bytes())
-        && tokio::time::Instant::now() < deadline
-    {
+    while runtime_code(pid, runtime) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// Whether process `pid` still runs the OCI runtime's code rather than the container's:
+/// runc's init names itself `runc:[2:INIT]`; crun's init (and runc's, in older versions)
+/// has not renamed itself, but runs the runtime's binary (`runtime`: its device and inode)
+/// or the copy of it both make in a memfd against CVE-2019-5736 (`/memfd:…`). Gone: false.
+fn runtime_code(pid: u32, runtime: Option<(u64, u64)>) -> bool {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let Ok(comm) = std::fs::read(proc.join("comm")) else {
+        return false;
+    };
+    if comm.trim_ascii_end() == RUNC_INIT_COMM.as_bytes() {
+        return true;
+    }
+    let exe = proc.join("exe");
+    if std::fs::read_link(&exe).is_ok_and(|l| l.as_os_str().as_bytes().starts_with(b"/memfd:")) {
+        return true;
+    }
+    runtime.is_some_and(|id| std::fs::metadata(&exe).is_ok_and(|m| (m.dev(), m.ino()) == id))
 }
 
 /// What `runc state` reports about a container.
@@ -353,6 +373,15 @@ impl OciRuntime for Runc {
 mod tests {
     use super::*;
 
+    /// [`wait_exec`] on `pid`, which execs sleep 300 ms after `t`, returns once it has.
+    async fn waits_for_sleep(pid: u32, runtime: &Path, t: std::time::Instant) {
+        wait_exec(pid, runtime).await;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
+        assert_eq!(comm.trim_end(), "sleep", "after {:?}", t.elapsed());
+        let waited = t.elapsed();
+        assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    }
+
     /// A process named as runc's init that execs its real program after 300 ms: the wait
     /// returns once it has, not before.
     #[tokio::test]
@@ -373,15 +402,45 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(5), "the script never ran");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        wait_exec(pid).await;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-        assert_eq!(comm.trim_end(), "sleep", "after {:?}", t.elapsed());
+        waits_for_sleep(pid, Path::new("/nonexistent"), t).await;
+        let _ = child.kill().await;
+    }
+
+    /// crun's init does not rename itself: it runs crun's binary until it execs the
+    /// container's process. A copy of sh standing for the runtime that execs sleep after
+    /// 300 ms: the wait returns once it has, not before.
+    #[tokio::test]
+    async fn the_wait_for_exec_knows_an_init_by_the_runtime_binary_it_runs() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let runtime = dir.path().join("crun");
+        std::fs::copy("/bin/sh", &runtime).expect("copy sh");
+        let t = std::time::Instant::now();
+        let mut child = tokio::process::Command::new(&runtime)
+            .args(["-c", "sleep 0.3; exec sleep 5"])
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn");
+        let pid = child.id().expect("pid");
+        let exe = format!("/proc/{pid}/exe");
+        let is_runtime = || std::fs::read_link(&exe).is_ok_and(|l| l == runtime);
+        while !is_runtime() {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the runtime never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        waits_for_sleep(pid, &runtime, t).await;
+        let _ = child.kill().await;
+        // Gone: no wait.
+        let _ = child.wait().await;
+        let t = std::time::Instant::now();
+        wait_exec(pid, &runtime).await;
         assert!(
-            t.elapsed() >= Duration::from_millis(250),
+            t.elapsed() < Duration::from_millis(500),
             "{:?}",
             t.elapsed()
         );
-        let _ = child.kill().await;
     }
 
     #[test]

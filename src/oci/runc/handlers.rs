@@ -86,8 +86,14 @@ impl Handlers {
         Ok(Handlers { list, default })
     }
 
-    /// One handler, `runc`, over `runtime` (unit tests' fakes).
-    pub fn single(runtime: Arc<dyn OciRuntime>, binary: &Path, root: &Path) -> Handlers {
+    /// One handler, `runc`, over `runtime` (unit tests' fakes), applying the mount
+    /// extensions `mounts` itself (the host's, as probed or set by the test).
+    pub fn single(
+        runtime: Arc<dyn OciRuntime>,
+        binary: &Path,
+        root: &Path,
+        mounts: RuntimeMountFeatures,
+    ) -> Handlers {
         let h = Handler {
             name: DEFAULT_HANDLER.to_string(),
             binary: binary.to_path_buf(),
@@ -95,7 +101,7 @@ impl Handlers {
             options: Vec::new(),
             runtime,
             version: String::new(),
-            mounts: RuntimeMountFeatures::default(),
+            mounts,
             recursive_read_only: true,
             user_namespaces: true,
             unusable: None,

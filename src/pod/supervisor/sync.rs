@@ -305,6 +305,20 @@ impl Worker {
         let own_users = self.rec.pod.spec.as_ref().and_then(|s| s.host_users) == Some(false);
         let previous = self.sandbox.as_ref().and_then(|s| s.userns.clone());
         let result = async {
+            // The handler first, named as the pod names it (the kubelet: `RuntimeClass "x"
+            // not found`), before anything is made for the sandbox.
+            let class = self
+                .rec
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.runtime_class_name.as_deref());
+            if let Some(name) = class.filter(|n| !n.is_empty()) {
+                let handlers = self.sh.runtime.handlers();
+                handlers.select(name).map_err(|e| {
+                    e.context(format!("runtimeClassName {:?}", crate::error::echo(name)))
+                })?;
+            }
             let sources = self.sh.sources();
             let ctx = PodContext {
                 attempt,
