@@ -5,7 +5,7 @@
 //! runc's own message and the container: `container <id>: runc kill: <message>`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -91,6 +91,20 @@ pub trait OciRuntime: Send + Sync {
         timeout: Option<Duration>,
         cap: usize,
     ) -> Result<ExecOutput>;
+    /// `runc checkpoint --leave-running`: CRIU dumps the running container's processes into
+    /// `images` (its log in `work`) and leaves them running; DeadlineExceeded after `timeout`.
+    async fn checkpoint(
+        &self,
+        id: &str,
+        images: &Path,
+        work: &Path,
+        timeout: Duration,
+    ) -> Result<()> {
+        let _ = (images, work, timeout);
+        Err(Error::unimplemented(format!(
+            "container {id}: checkpoint is not supported by this runtime"
+        )))
+    }
     /// A streaming `runc exec` for an interactive session (see
     /// [`super::exec_stream`]); `size` is a terminal's initial size.
     async fn exec_stream(
@@ -162,7 +176,7 @@ impl Runc {
 
     /// Runs `runc <args>` (feeding `input` on stdin), returns stdout or an error naming `id`,
     /// the subcommand `what` and runc's message.
-    async fn run(
+    pub(super) async fn run(
         &self,
         id: &str,
         what: &str,
@@ -320,6 +334,17 @@ impl OciRuntime for Runc {
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &str,
+        images: &Path,
+        work: &Path,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.checkpoint_leave_running(id, images, work, timeout)
+            .await
     }
 
     async fn update(&self, id: &str, resources: &serde_json::Value) -> Result<()> {
