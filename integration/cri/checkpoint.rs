@@ -49,6 +49,14 @@ async fn checkpoint(
     .map(drop)
 }
 
+/// The error of a checkpoint that must be refused.
+fn refused(r: std::result::Result<(), tonic::Status>) -> Result<tonic::Status> {
+    match r {
+        Ok(()) => anyhow::bail!("the checkpoint was taken, not refused"),
+        Err(e) => Ok(e),
+    }
+}
+
 /// The highest `n=` the container logged.
 fn last_count(lines: &[String]) -> u64 {
     lines
@@ -83,14 +91,14 @@ fn refusals() -> Result<()> {
         let dir = scratch()?;
         let at = dir.path().join("ck.tar");
         let mut rt = s.rt.clone();
-        let err = checkpoint(&mut rt, "0123456789ab", &at).await.unwrap_err();
+        let err = refused(checkpoint(&mut rt, "0123456789ab", &at).await)?;
         ensure!(err.code() == Code::NotFound, "unknown container: {err:?}");
         let pod = s.pod(s.pod_config("ck-refused")).await?;
         let busybox = s.image("busybox");
         let created = s
             .create(&pod, &pod.container("created", &busybox).sh(COUNTER))
             .await?;
-        let err = checkpoint(&mut rt, &created, &at).await.unwrap_err();
+        let err = refused(checkpoint(&mut rt, &created, &at).await)?;
         ensure!(
             err.code() == Code::FailedPrecondition && err.message().contains("running"),
             "created container: {err:?}"
@@ -102,7 +110,7 @@ fn refusals() -> Result<()> {
             ("", "location is required"),
             ("ck.tar", "not an absolute path"),
         ] {
-            let err = checkpoint(&mut rt, &id, Path::new(loc)).await.unwrap_err();
+            let err = refused(checkpoint(&mut rt, &id, Path::new(loc)).await)?;
             ensure!(
                 err.code() == Code::InvalidArgument && err.message().contains(what),
                 "location {loc:?}: {err:?}"
@@ -111,7 +119,7 @@ fn refusals() -> Result<()> {
         let (available, why) = checkpoint_info(&mut rt).await?;
         if !available {
             // This host: CRIU missing or `criu check` failing is said, not tried.
-            let err = checkpoint(&mut rt, &id, &at).await.unwrap_err();
+            let err = refused(checkpoint(&mut rt, &id, &at).await)?;
             ensure!(
                 err.code() == Code::FailedPrecondition && err.message().contains(&why),
                 "CRIU unusable ({why}): {err:?}"

@@ -6,9 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::checkpoint_archive::{self as archive, Contents};
 use super::service::{require_id, Runtime};
+use super::state::meta::ContainerEntry;
 use super::state::paths;
 use super::state::status::ContainerState;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ResultExt};
 
 impl Runtime {
     /// Checkpoints running container `id` into the archive `location` (an absolute path; its
@@ -42,59 +43,60 @@ impl Runtime {
                 self.host.criu_why
             )));
         }
-        let handler = self.handler_of(&id).clone();
-        let meta = entry.meta().clone();
         let staging = staging_dir(&target);
-        let images = staging.join(archive::CHECKPOINT_DIR);
-        let work = staging.join("work");
-        let made = [&images, &work]
-            .iter()
-            .try_for_each(|d| std::fs::create_dir_all(d))
-            .map_err(|e| {
-                Error::internal(format!(
-                    "container {id}: checkpoint: create {}: {e}",
-                    staging.display()
-                ))
-            });
-        let result = match made {
-            Ok(()) => {
-                let t = std::time::Instant::now();
-                let timeout = match timeout_s {
-                    t if t > 0 => Duration::from_secs(t as u64),
-                    _ => crate::oci::runc::checkpoint::CHECKPOINT_TIMEOUT,
-                };
-                let dumped = handler
-                    .runtime
-                    .checkpoint(&id, &images, &work, timeout)
-                    .await;
-                tracing::info!(container = %id, ms = t.elapsed().as_millis() as u64, ok = dumped.is_ok(), "CRIU dump");
-                match dumped {
-                    Ok(()) => {
-                        let contents = Contents {
-                            id: id.clone(),
-                            meta,
-                            status: entry.status(),
-                            runtime: handler.name.clone(),
-                            bundle: paths::bundle(&entry.meta().state_dir),
-                            upper: self.layout.rw_dir(&id).join("upper"),
-                            checkpointed: rfc3339(SystemTime::now()),
-                        };
-                        let (s, t) = (staging.clone(), target.clone());
-                        tokio::task::spawn_blocking(move || archive::write(&contents, &s, &t))
-                            .await
-                            .map_err(|e| Error::internal(format!("checkpoint task: {e}")))
-                            .and_then(|r| r)
-                            .map_err(|e| e.context(format!("container {id}: checkpoint")))
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = std::fs::remove_dir_all(&staging) {
+        let result = self
+            .dump_and_pack(&entry, &staging, &target, timeout_s)
+            .await;
+        if let Err(e) = std::fs::remove_dir_all(&staging).or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(e),
+        }) {
             tracing::warn!(container = %id, "checkpoint: remove {}: {e}", staging.display());
         }
         result
+    }
+
+    /// CRIU's dump into `staging/checkpoint`, then the archive at `target`.
+    async fn dump_and_pack(
+        &self,
+        entry: &ContainerEntry,
+        staging: &Path,
+        target: &Path,
+        timeout_s: i64,
+    ) -> Result<()> {
+        let id = entry.id().to_string();
+        let images = staging.join(archive::CHECKPOINT_DIR);
+        let work = staging.join("work");
+        for d in [&images, &work] {
+            std::fs::create_dir_all(d)
+                .ctx(|| format!("container {id}: checkpoint: create {}", d.display()))?;
+        }
+        let timeout = match timeout_s {
+            t if t > 0 => Duration::from_secs(t as u64),
+            _ => crate::oci::runc::checkpoint::CHECKPOINT_TIMEOUT,
+        };
+        let handler = self.handler_of(&id).clone();
+        let t = std::time::Instant::now();
+        handler
+            .runtime
+            .checkpoint(&id, &images, &work, timeout)
+            .await?;
+        tracing::info!(container = %id, ms = t.elapsed().as_millis() as u64, "CRIU dump done");
+        let meta = entry.meta().clone();
+        let contents = Contents {
+            id: id.clone(),
+            bundle: paths::bundle(&meta.state_dir),
+            meta,
+            status: entry.status(),
+            runtime: handler.name.clone(),
+            upper: self.layout.rw_dir(&id).join("upper"),
+            checkpointed: rfc3339(SystemTime::now()),
+        };
+        let (s, t) = (staging.to_path_buf(), target.to_path_buf());
+        tokio::task::spawn_blocking(move || archive::write(&contents, &s, &t))
+            .await
+            .map_err(|e| Error::internal(format!("checkpoint task: {e}")))?
+            .map_err(|e| e.context(format!("container {id}: checkpoint")))
     }
 }
 
@@ -155,12 +157,15 @@ mod tests {
             ("/", "is a directory"),
             ("/nonexistent-bosun-dir/a.tar", "directory does not exist"),
         ] {
-            let e = check_location("c1", loc).unwrap_err();
+            let e = check_location("c1", loc).expect_err("refused");
             assert_eq!(e.kind(), crate::error::ErrorKind::InvalidArgument, "{loc}");
             assert!(e.message().contains(want), "{loc}: {e}");
         }
         let tmp = std::env::temp_dir().join("x.tar");
-        assert_eq!(check_location("c1", tmp.to_str().unwrap()).unwrap(), tmp);
+        assert_eq!(
+            check_location("c1", tmp.to_str().expect("test fixture")).expect("test fixture"),
+            tmp
+        );
     }
 
     #[test]
@@ -169,7 +174,7 @@ mod tests {
         assert_eq!(s.parent(), Some(Path::new("/var/lib/kubelet/checkpoints")));
         assert!(s
             .file_name()
-            .unwrap()
+            .expect("test fixture")
             .to_string_lossy()
             .starts_with(".c.tar.bosun-checkpoint-"));
     }

@@ -211,16 +211,22 @@ mod tests {
     fn rootfs_diff_packs_changes_and_lists_whiteouts() {
         let dir = std::env::temp_dir().join(format!("bosun-diff-{}", std::process::id()));
         let upper = dir.join("upper");
-        std::fs::create_dir_all(upper.join("etc")).unwrap();
-        std::fs::write(upper.join("etc/new.conf"), b"x").unwrap();
-        std::os::unix::fs::symlink("new.conf", upper.join("etc/link")).unwrap();
+        std::fs::create_dir_all(upper.join("etc")).expect("test fixture");
+        std::fs::write(upper.join("etc/new.conf"), b"x").expect("test fixture");
+        std::os::unix::fs::symlink("new.conf", upper.join("etc/link")).expect("test fixture");
         let out = dir.join("diff.tar");
-        let deleted = rootfs_diff(&upper, &out).unwrap();
+        let deleted = rootfs_diff(&upper, &out).expect("test fixture");
         assert!(deleted.is_empty());
-        let mut names: Vec<String> = tar::Archive::new(File::open(&out).unwrap())
+        let mut names: Vec<String> = tar::Archive::new(File::open(&out).expect("test fixture"))
             .entries()
-            .unwrap()
-            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .expect("test fixture")
+            .map(|e| {
+                e.expect("test fixture")
+                    .path()
+                    .expect("test fixture")
+                    .display()
+                    .to_string()
+            })
             .collect();
         names.sort();
         assert_eq!(names, ["etc", "etc/link", "etc/new.conf"]);
@@ -233,9 +239,12 @@ mod tests {
                 rustix::fs::Mode::from_raw_mode(0),
                 0,
             )
-            .unwrap();
-            assert_eq!(rootfs_diff(&upper, &out).unwrap(), ["/etc/gone"]);
+            .expect("test fixture");
+            assert_eq!(
+                rootfs_diff(&upper, &out).expect("test fixture"),
+                ["/etc/gone"]
+            );
         }
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).expect("test fixture");
     }
 }

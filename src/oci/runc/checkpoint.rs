@@ -121,16 +121,16 @@ mod tests {
     #[test]
     fn criu_errors_keeps_the_last_three_error_lines() {
         let dir = std::env::temp_dir().join(format!("bosun-criu-log-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).expect("test fixture");
         let log = dir.join(DUMP_LOG);
-        std::fs::write(&log, "(0.1) ok\n(0.2) Error (a): 1\n(0.3) Error (b): 2\n(0.4) Error (c): 3\n(0.5) Error (d): 4\n").unwrap();
-        let got = criu_errors(&log).unwrap();
+        std::fs::write(&log, "(0.1) ok\n(0.2) Error (a): 1\n(0.3) Error (b): 2\n(0.4) Error (c): 3\n(0.5) Error (d): 4\n").expect("test fixture");
+        let got = criu_errors(&log).expect("test fixture");
         assert_eq!(
             got,
             "(0.3) Error (b): 2 | (0.4) Error (c): 3 | (0.5) Error (d): 4"
         );
-        std::fs::write(&log, "all fine\n").unwrap();
+        std::fs::write(&log, "all fine\n").expect("test fixture");
         assert_eq!(criu_errors(&log), None);
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).expect("test fixture");
     }
 }
