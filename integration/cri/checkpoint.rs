@@ -20,6 +20,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             refusals,
         ),
         trial(
+            "cri::checkpoint::create_from_an_archive_is_refused_as_not_supported_yet",
+            NEEDS,
+            restore_refused,
+        ),
+        trial(
             "cri::checkpoint::running_counter_is_archived_and_keeps_counting",
             NEEDS_CRIU,
             archived_and_running,
@@ -137,6 +142,51 @@ fn refusals() -> Result<()> {
     })
 }
 
+/// CreateContainer whose image is `archive`: Unimplemented naming it; nothing is created.
+async fn expect_restore_refused(
+    s: &crate::support::Scene,
+    pod: &cri::Pod,
+    archive: &Path,
+) -> Result<()> {
+    let c = pod
+        .container("restored", &archive.display().to_string())
+        .build();
+    let before = s.list_containers(None).await?.len();
+    let status = cri::try_create(&mut s.rt.clone(), pod, &c)
+        .await
+        .err()
+        .context("CreateContainer from a checkpoint archive was accepted")?;
+    ensure!(
+        status.code() == Code::Unimplemented
+            && status.message().contains("checkpoint archive")
+            && status.message().contains(&archive.display().to_string()),
+        "{status:?}"
+    );
+    ensure!(
+        s.list_containers(None).await?.len() == before,
+        "a container was created"
+    );
+    Ok(())
+}
+
+fn restore_refused() -> Result<()> {
+    Scenario::new().run(async |s| {
+        let dir = scratch()?;
+        // An archive as another runtime writes it: config.dump is what marks it.
+        let archive = dir.path().join("other.tar");
+        let mut tar = tar::Builder::new(std::fs::File::create(&archive)?);
+        let config = br#"{"id":"abc","name":"counter","rootfsImageName":"docker.io/library/busybox:latest"}"#;
+        let mut header = tar::Header::new_gnu();
+        header.set_size(config.len() as u64);
+        header.set_mode(0o644);
+        tar.append_data(&mut header, "config.dump", &config[..])?;
+        tar.finish()?;
+        drop(tar);
+        let pod = s.pod(s.pod_config("ck-restore")).await?;
+        expect_restore_refused(s, &pod, &archive).await
+    })
+}
+
 /// The archive's member names.
 fn members(archive: &Path) -> Result<Vec<String>> {
     let mut tar = tar::Archive::new(std::fs::File::open(archive)?);
@@ -240,6 +290,7 @@ fn archived_and_running() -> Result<()> {
             String::from_utf8_lossy(&out.stdout).trim() == "kept",
             "{out:?}"
         );
+        expect_restore_refused(s, &pod, &at).await?;
         let size = std::fs::metadata(&at)?.len();
         println!("checkpoint small counter: {took:?}, archive {size} bytes");
         let left: Vec<_> = std::fs::read_dir(dir.path())?
