@@ -73,16 +73,7 @@ fn last_count(lines: &[String]) -> u64 {
 
 /// Status verbose `checkpoint`: (available, message).
 async fn checkpoint_info(rt: &mut cri::Rt) -> Result<(bool, String)> {
-    let st = rt
-        .status(pb::StatusRequest { verbose: true })
-        .await
-        .context("Status")?
-        .into_inner();
-    let info: serde_json::Value = serde_json::from_str(
-        st.info
-            .get("checkpoint")
-            .context("verbose Status has no checkpoint")?,
-    )?;
+    let info = cri::status_info(rt, "checkpoint").await?;
     let msg = info["message"].as_str().unwrap_or_default().to_string();
     ensure!(
         !msg.is_empty(),

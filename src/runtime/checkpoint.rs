@@ -77,10 +77,12 @@ impl Runtime {
         };
         let handler = self.handler_of(&id).clone();
         let t = std::time::Instant::now();
-        handler
-            .runtime
-            .checkpoint(&id, &images, &work, timeout)
-            .await?;
+        let dump = crate::oci::runc::checkpoint::Dump {
+            images,
+            work,
+            timeout,
+        };
+        handler.runtime.checkpoint(&id, &dump).await?;
         tracing::info!(container = %id, ms = t.elapsed().as_millis() as u64, "CRIU dump done");
         let meta = entry.meta().clone();
         let contents = Contents {

@@ -71,32 +71,37 @@ pub fn probe_criu() -> std::result::Result<PathBuf, String> {
     ))
 }
 
+/// Where and how long one dump goes.
+#[derive(Debug, Clone)]
+pub struct Dump {
+    /// CRIU's images.
+    pub images: PathBuf,
+    /// CRIU's work directory (its `dump.log`).
+    pub work: PathBuf,
+    /// DeadlineExceeded after this long.
+    pub timeout: Duration,
+}
+
 impl Runc {
     /// `runc checkpoint --leave-running --image-path IMAGES --work-path WORK ID`: CRIU dumps
-    /// the container's processes into `images` and leaves them running (within `timeout`); its log is
-    /// `work/dump.log`, whose last error lines a failure carries.
-    pub(crate) async fn checkpoint_leave_running(
-        &self,
-        id: &str,
-        images: &Path,
-        work: &Path,
-        timeout: Duration,
-    ) -> Result<()> {
+    /// the container's processes into `dump.images` and leaves them running (within
+    /// `dump.timeout`); its log is `work/dump.log`, whose last error lines a failure carries.
+    pub(crate) async fn checkpoint_leave_running(&self, id: &str, dump: &Dump) -> Result<()> {
         let args: Vec<OsString> = vec![
             "checkpoint".into(),
             "--leave-running".into(),
             "--image-path".into(),
-            images.into(),
+            dump.images.clone().into(),
             "--work-path".into(),
-            work.into(),
+            dump.work.clone().into(),
             id.into(),
         ];
         let mut slow = self.clone();
-        slow.command_timeout = timeout;
+        slow.command_timeout = dump.timeout;
         slow.run(id, "checkpoint", args, None)
             .await
             .map(drop)
-            .map_err(|e| match criu_errors(&work.join(DUMP_LOG)) {
+            .map_err(|e| match criu_errors(&dump.work.join(DUMP_LOG)) {
                 Some(log) => Error::new(e.kind(), format!("{}; CRIU: {log}", e.message())),
                 None => e,
             })

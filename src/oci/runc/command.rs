@@ -5,7 +5,7 @@
 //! runc's own message and the container: `container <id>: runc kill: <message>`.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -91,16 +91,10 @@ pub trait OciRuntime: Send + Sync {
         timeout: Option<Duration>,
         cap: usize,
     ) -> Result<ExecOutput>;
-    /// `runc checkpoint --leave-running`: CRIU dumps the running container's processes into
-    /// `images` (its log in `work`) and leaves them running; DeadlineExceeded after `timeout`.
-    async fn checkpoint(
-        &self,
-        id: &str,
-        images: &Path,
-        work: &Path,
-        timeout: Duration,
-    ) -> Result<()> {
-        let _ = (images, work, timeout);
+    /// `runc checkpoint --leave-running`: CRIU dumps the running container's processes as
+    /// `dump` says and leaves them running.
+    async fn checkpoint(&self, id: &str, dump: &super::checkpoint::Dump) -> Result<()> {
+        let _ = dump;
         Err(Error::unimplemented(format!(
             "container {id}: checkpoint is not supported by this runtime"
         )))
@@ -336,15 +330,8 @@ impl OciRuntime for Runc {
         }
     }
 
-    async fn checkpoint(
-        &self,
-        id: &str,
-        images: &Path,
-        work: &Path,
-        timeout: Duration,
-    ) -> Result<()> {
-        self.checkpoint_leave_running(id, images, work, timeout)
-            .await
+    async fn checkpoint(&self, id: &str, dump: &super::checkpoint::Dump) -> Result<()> {
+        self.checkpoint_leave_running(id, dump).await
     }
 
     async fn update(&self, id: &str, resources: &serde_json::Value) -> Result<()> {
