@@ -236,7 +236,13 @@ fn archived_and_running() -> Result<()> {
             ensure!(names.iter().any(|n| n == want), "no {want} in {names:?}");
         }
         let spec: serde_json::Value = serde_json::from_slice(&member(&at, "spec.dump")?)?;
-        ensure!(spec["process"]["args"][0] == "sh", "spec.dump: {spec}");
+        ensure!(
+            spec["process"]["args"][0] == "sh"
+                && spec["annotations"]["io.kubernetes.cri.container-name"] == "counter"
+                && spec["annotations"]["io.kubernetes.cri.sandbox-name"]
+                    == pod.config.metadata.as_ref().map_or("", |m| m.name.as_str()),
+            "spec.dump: {spec}"
+        );
         let config: serde_json::Value = serde_json::from_slice(&member(&at, "config.dump")?)?;
         ensure!(
             config["id"] == id.as_str()
@@ -322,8 +328,8 @@ fn time_and_size() -> Result<()> {
             let took = t.elapsed();
             let size = std::fs::metadata(&at)?.len();
             println!(
-                "checkpoint {name}: working set {} MiB, {took:?}, archive {:.1} MiB",
-                rss / 1024,
+                "checkpoint {name}: working set {:.1} MiB, {took:?}, archive {:.1} MiB",
+                rss as f64 / 1024.0,
                 size as f64 / (1 << 20) as f64
             );
             if name == "rss200" {

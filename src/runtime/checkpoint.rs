@@ -88,11 +88,15 @@ impl Runtime {
         let contents = Contents {
             id: id.clone(),
             bundle: paths::bundle(&meta.state_dir),
-            meta,
             status: entry.status(),
             runtime: handler.name.clone(),
+            pod: self
+                .sandbox(&meta.sandbox_id)
+                .map(|sb| sb.meta().request.pod.clone())
+                .unwrap_or_default(),
             upper: self.layout.rw_dir(&id).join("upper"),
             checkpointed: rfc3339(SystemTime::now()),
+            meta,
         };
         let (s, t) = (staging.to_path_buf(), target.to_path_buf());
         tokio::task::spawn_blocking(move || archive::write(&contents, &s, &t))

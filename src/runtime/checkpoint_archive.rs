@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{from_ns, rfc3339};
-use super::state::meta::ContainerMeta;
+use super::state::meta::{ContainerMeta, PodName};
 use super::state::status::ContainerStatus;
 use crate::error::{Error, Result, ResultExt};
 
@@ -69,6 +69,8 @@ pub struct Contents {
     pub status: ContainerStatus,
     /// The runtime handler's name.
     pub runtime: String,
+    /// The pod it ran in.
+    pub pod: PodName,
     /// The OCI bundle (config.json).
     pub bundle: PathBuf,
     /// The overlay's upper directory.
@@ -81,8 +83,7 @@ pub struct Contents {
 /// `work/dump.log`) and packs it (without `work/`) into `target`, through a temporary file
 /// renamed at the end: `target` is complete or absent.
 pub fn write(c: &Contents, staging: &Path, target: &Path) -> Result<()> {
-    std::fs::copy(c.bundle.join("config.json"), staging.join(SPEC_DUMP))
-        .ctx(|| format!("copy {}/config.json", c.bundle.display()))?;
+    write_json(&staging.join(SPEC_DUMP), &spec_dump(c)?)?;
     let config = ConfigDump {
         id: c.id.clone(),
         name: c.meta.request.name.clone(),
@@ -98,10 +99,13 @@ pub fn write(c: &Contents, staging: &Path, target: &Path) -> Result<()> {
     };
     write_json(&staging.join(CONFIG_DUMP), &config)?;
     write_json(&staging.join(STATUS_DUMP), &c.status)?;
-    let images = staging.join(CHECKPOINT_DIR);
-    if images.join(STATS_DUMP).exists() {
-        std::fs::copy(images.join(STATS_DUMP), staging.join(STATS_DUMP))
-            .ctx(|| "copy stats-dump")?;
+    // CRIU writes its statistics into its work directory (runc's --work-path) when it has one.
+    let stats = [staging.join("work"), staging.join(CHECKPOINT_DIR)]
+        .into_iter()
+        .map(|d| d.join(STATS_DUMP))
+        .find(|p| p.is_file());
+    if let Some(stats) = stats {
+        std::fs::copy(&stats, staging.join(STATS_DUMP)).ctx(|| "copy stats-dump")?;
     }
     let work_log = staging.join("work").join(DUMP_LOG);
     if work_log.exists() {
@@ -132,6 +136,32 @@ pub fn read_config(image: &str) -> Option<ConfigDump> {
     let mut json = Vec::new();
     entry.read_to_end(&mut json).ok()?;
     serde_json::from_slice(&json).ok()
+}
+
+/// The bundle's config.json with the pod's name and namespace among its annotations (as
+/// containerd's specs carry them: checkpointctl shows them).
+fn spec_dump(c: &Contents) -> Result<serde_json::Value> {
+    let path = c.bundle.join("config.json");
+    let text = std::fs::read(&path).ctx(|| format!("read {}", path.display()))?;
+    let mut spec: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
+    if let Some(ann) = spec
+        .as_object_mut()
+        .map(|o| {
+            o.entry("annotations")
+                .or_insert_with(|| serde_json::json!({}))
+        })
+        .and_then(|a| a.as_object_mut())
+    {
+        for (k, v) in [
+            ("io.kubernetes.cri.sandbox-name", &c.pod.name),
+            ("io.kubernetes.cri.sandbox-namespace", &c.pod.namespace),
+            ("io.kubernetes.cri.sandbox-uid", &c.pod.uid),
+        ] {
+            ann.entry(k).or_insert_with(|| v.clone().into());
+        }
+    }
+    Ok(spec)
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
