@@ -23,6 +23,7 @@ VM_SUBSET=(
   faults::create_container_fails_cleanly_at_every_step
   faults::a_daemon_
   cri::apparmor::
+  cri::checkpoint::
 )
 
 echo "== cargo fmt --check"

@@ -102,16 +102,7 @@ fn runtime_default() -> Result<()> {
     Scenario::new().run(async |s| {
         let busybox = s.image("busybox");
         let mut rt = s.rt.clone();
-        let st = rt
-            .status(pb::StatusRequest { verbose: true })
-            .await
-            .context("Status")?
-            .into_inner();
-        let info: serde_json::Value = serde_json::from_str(
-            st.info
-                .get("apparmor")
-                .context("verbose Status has no apparmor")?,
-        )?;
+        let info = cri::status_info(&mut rt, "apparmor").await?;
         ensure!(
             info["enabled"] == true && info["defaultProfile"] == DEFAULT_PROFILE,
             "Status apparmor: {info}"

@@ -1,6 +1,7 @@
 //! The CRI RuntimeService over the socket with real runc: `cri::` trials.
 
 mod apparmor;
+mod checkpoint;
 pub mod conform;
 mod containers;
 mod deferred;
@@ -40,4 +41,5 @@ trials! {
     userns,
     hostile,
     apparmor,
+    checkpoint,
 }

@@ -30,9 +30,9 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             sigterm_does_not_wait_forever_for_a_silent_client,
         ),
         trial(
-            "daemon::unserved_rpcs_say_unimplemented",
+            "daemon::checkpoint_of_an_unknown_container_is_not_found",
             &[Need::Root],
-            unserved_rpcs_say_unimplemented,
+            checkpoint_of_an_unknown_container_is_not_found,
         ),
         trial(
             "daemon::bad_config_is_refused_with_the_key",
@@ -213,7 +213,7 @@ fn sigterm_does_not_wait_forever_for_a_silent_client() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn unserved_rpcs_say_unimplemented() -> anyhow::Result<()> {
+fn checkpoint_of_an_unknown_container_is_not_found() -> anyhow::Result<()> {
     let d = Daemon::start("")?;
     block_on(async {
         let err = d
@@ -221,12 +221,13 @@ fn unserved_rpcs_say_unimplemented() -> anyhow::Result<()> {
             .await?
             .checkpoint_container(pb::CheckpointContainerRequest {
                 container_id: "0123456789ab".into(),
+                location: "/tmp/bosun-it-unknown.tar".into(),
                 ..Default::default()
             })
             .await
-            .expect_err("checkpointing is not served");
-        ensure!(err.code() == tonic::Code::Unimplemented, "{err:?}");
-        ensure!(err.message().contains("CheckpointContainer"), "{err:?}");
+            .expect_err("no such container");
+        ensure!(err.code() == tonic::Code::NotFound, "{err:?}");
+        ensure!(err.message().contains("0123456789ab"), "{err:?}");
         Ok(())
     })
 }

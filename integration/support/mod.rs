@@ -72,6 +72,9 @@ pub enum Need {
     /// AppArmor enabled in the kernel and `apparmor_parser` installed (the VM lane's guest; not
     /// this CI host): bosun loads its runtime-default profile, the test loads its own.
     AppArmor,
+    /// CRIU that works on this kernel (`criu check` passes: the VM lane's guest; Debian 12's
+    /// CRIU fails on this CI host's newer kernel).
+    Criu,
     /// A machine as fast as the test's timing assumes ([`time_scale`] 1): the test tells
     /// intervals a second or two apart, or needs a rate only such a machine reaches, which a
     /// slower lane cannot (and must not pass blind).
@@ -122,6 +125,17 @@ fn tmpfs_idmap_unsupported() -> Option<String> {
     .clone()
 }
 
+/// Why checkpoint tests cannot run here (`criu check`, probed once), if they cannot.
+fn criu_unusable() -> Option<String> {
+    static WHY: OnceLock<Option<String>> = OnceLock::new();
+    WHY.get_or_init(|| {
+        bosun::oci::runc::checkpoint::probe_criu()
+            .err()
+            .map(|why| format!("needs a working CRIU: {why} (runs in the VM lane: hack/vm/run.sh)"))
+    })
+    .clone()
+}
+
 fn unmet(need: Need) -> Option<String> {
     match need {
         Need::Root if !rustix::process::geteuid().is_root() => Some("needs root".into()),
@@ -144,6 +158,7 @@ fn unmet(need: Need) -> Option<String> {
         Need::AppArmor if bosun::oci::apparmor::find_parser().is_none() => {
             Some("needs apparmor_parser (apt-get install apparmor)".into())
         }
+        Need::Criu => criu_unusable(),
         Need::Punctual if time_scale() > 1 => Some(format!(
             "needs a machine as fast as its timing assumes; this lane runs {}x slower \
              (BOSUN_TEST_TIME_SCALE), the host run checks it",

@@ -45,6 +45,14 @@ impl Runtime {
             || std::fs::read_to_string(crate::oci::apparmor::PROFILES_FILE),
             || crate::oci::apparmor::reload_default(&self.layout.apparmor_dir()),
         )?;
+        if let Some(dump) = super::checkpoint_archive::read_config(&new.request.image) {
+            return Err(Error::unimplemented(format!(
+                "container config {name:?}: image {:?} is a checkpoint archive (container {} \
+                 of image {:?}); restoring a checkpoint is not supported yet: create the \
+                 container from its image",
+                new.request.image, dump.id, dump.rootfs_image_name
+            )));
+        }
         let lock = self.sandbox_lock(sandbox.id());
         let _guard = lock.read().await;
         let st = sandbox.status().state();

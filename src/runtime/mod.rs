@@ -1,6 +1,8 @@
 //! Runtime domain: sandboxes and containers on runc, their on-disk state and crash recovery.
 
 mod bundle;
+mod checkpoint;
+pub mod checkpoint_archive;
 mod container_lifecycle;
 pub mod events;
 mod handle;

@@ -371,3 +371,17 @@ pub async fn run_to_completion_status(
     })?;
     Ok((out, s))
 }
+
+/// Verbose Status's `info[key]`, parsed as JSON.
+pub async fn status_info(rt: &mut Rt, key: &str) -> Result<serde_json::Value> {
+    let st = rt
+        .status(pb::StatusRequest { verbose: true })
+        .await
+        .context("Status")?
+        .into_inner();
+    let json = st
+        .info
+        .get(key)
+        .with_context(|| format!("verbose Status has no {key}"))?;
+    serde_json::from_str(json).with_context(|| format!("Status {key}: {json}"))
+}

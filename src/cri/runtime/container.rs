@@ -1,17 +1,13 @@
 //! RuntimeService's container RPCs: create, start, stop, remove, status, list, update resources,
 //! reopen log, checkpoint, events.
 
-use std::collections::HashMap;
-use std::path::Path;
-
-use tonic::Status;
-
 use super::CriRuntime;
 use crate::cri::convert::container::new_container;
 use crate::cri::convert::{event, filter, resources, status as st};
 use crate::cri::rpc::Pages;
 use crate::proto::runtime::v1 as pb;
 use crate::Result;
+use std::collections::HashMap;
 
 /// CreateContainer.
 pub(super) async fn create(
@@ -122,26 +118,14 @@ pub(super) async fn events(
     Ok(Box::pin(event::stream(cri.runtime.subscribe_events())))
 }
 
-/// CheckpointContainer: Unimplemented, saying why. A Status of its own rather than an error
-/// through [`crate::cri::rpc::serve`]: it is the node's answer, not a failure to log.
-pub(super) fn checkpoint(_req: pb::CheckpointContainerRequest) -> Status {
-    let criu = crate::oci::host::find_in_path("criu");
-    Status::unimplemented(checkpoint_unavailable(criu.as_deref()))
-}
-
-/// CheckpointContainer's answer: checkpointing is not built yet; says whether CRIU (its
-/// prerequisite) was found on this node.
-pub(super) fn checkpoint_unavailable(criu: Option<&Path>) -> String {
-    let v = crate::version::VERSION;
-    match criu {
-        Some(p) => format!(
-            "bosun {v}: CheckpointContainer is not implemented yet (CRIU is installed at {}; \
-             checkpoint/restore through runc is planned)",
-            p.display()
-        ),
-        None => format!(
-            "bosun {v}: CheckpointContainer is not implemented; it would need CRIU, which is \
-             not installed on this node"
-        ),
-    }
+/// CheckpointContainer: CRIU through the container's runtime handler; the archive at
+/// `location` (see [`crate::runtime::checkpoint_archive`]).
+pub(super) async fn checkpoint(
+    cri: &CriRuntime,
+    req: pb::CheckpointContainerRequest,
+) -> Result<pb::CheckpointContainerResponse> {
+    cri.runtime
+        .checkpoint_container(&req.container_id, &req.location, req.timeout)
+        .await?;
+    Ok(pb::CheckpointContainerResponse {})
 }

@@ -238,7 +238,11 @@ impl RuntimeService for CriRuntime {
         &self,
         req: Request<pb::CheckpointContainerRequest>,
     ) -> Reply<pb::CheckpointContainerResponse> {
-        Err(container::checkpoint(req.into_inner()))
+        serve(
+            "CheckpointContainer",
+            container::checkpoint(self, req.into_inner()),
+        )
+        .await
     }
 
     type GetContainerEventsStream = Pages<pb::ContainerEventResponse>;

@@ -20,7 +20,8 @@ pub(super) async fn version(_req: pb::VersionRequest) -> Result<pb::VersionRespo
 }
 
 /// Status: the runtime and network conditions; verbose adds config, version, network, AppArmor
-/// (`apparmor`: enabled, the runtime-default profile, how it was loaded), streaming.
+/// (`apparmor`: enabled, the runtime-default profile, how it was loaded), checkpoint (`criu
+/// check` at start: available, CRIU's path, why not), streaming.
 pub(super) async fn status(cri: &CriRuntime, req: pb::StatusRequest) -> Result<pb::StatusResponse> {
     let mut info = HashMap::new();
     if req.verbose {
@@ -38,6 +39,12 @@ pub(super) async fn status(cri: &CriRuntime, req: pb::StatusRequest) -> Result<p
             "message": host.apparmor_message,
         });
         info.insert("apparmor".to_string(), apparmor.to_string());
+        let checkpoint = serde_json::json!({
+            "available": host.criu.is_some(),
+            "criu": host.criu.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+            "message": if host.criu.is_some() { "criu check passed" } else { host.criu_why.as_str() },
+        });
+        info.insert("checkpoint".to_string(), checkpoint.to_string());
         let handlers = st::runtime_handlers_info(cri.runtime.handlers());
         info.insert("runtimeHandlers".to_string(), handlers);
         if let Some(s) = &cri.streaming {

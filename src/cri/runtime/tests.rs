@@ -2,7 +2,6 @@
 
 use tonic::{Code, Status};
 
-use super::container::checkpoint_unavailable;
 use super::*;
 use crate::image::service::Images;
 use crate::oci::{FakeLauncher, FakeRuntime, HostFacts};
@@ -90,17 +89,14 @@ async fn unknown_ids_are_not_found_and_lists_start_empty() {
 }
 
 #[tokio::test]
-async fn checkpoint_says_why_it_is_unavailable() {
+async fn checkpoint_of_an_unknown_container_is_not_found() {
     let (_dir, cri) = service();
     let r = cri.checkpoint_container(Request::new(pb::CheckpointContainerRequest {
         container_id: "feed".into(),
+        location: "/tmp/feed.tar".into(),
         ..Default::default()
     }));
-    assert_code(r.await, Code::Unimplemented, "CRIU");
-    let msg = checkpoint_unavailable(None);
-    assert!(msg.contains("not installed"), "{msg}");
-    let msg = checkpoint_unavailable(Some(std::path::Path::new("/usr/sbin/criu")));
-    assert!(msg.contains("/usr/sbin/criu"), "{msg}");
+    assert_code(r.await, Code::NotFound, "feed");
 }
 
 #[tokio::test]

@@ -111,6 +111,14 @@ pub trait OciRuntime: Send + Sync {
         timeout: Option<Duration>,
         cap: usize,
     ) -> Result<ExecOutput>;
+    /// `runc checkpoint --leave-running`: CRIU dumps the running container's processes as
+    /// `dump` says and leaves them running.
+    async fn checkpoint(&self, id: &str, dump: &super::checkpoint::Dump) -> Result<()> {
+        let _ = dump;
+        Err(Error::unimplemented(format!(
+            "container {id}: checkpoint is not supported by this runtime"
+        )))
+    }
     /// A streaming `runc exec` for an interactive session (see
     /// [`super::exec_stream`]); `size` is a terminal's initial size.
     async fn exec_stream(
@@ -182,7 +190,7 @@ impl Runc {
 
     /// Runs `runc <args>` (feeding `input` on stdin), returns stdout or an error naming `id`,
     /// the subcommand `what` and runc's message.
-    async fn run(
+    pub(super) async fn run(
         &self,
         id: &str,
         what: &str,
@@ -340,6 +348,10 @@ impl OciRuntime for Runc {
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    async fn checkpoint(&self, id: &str, dump: &super::checkpoint::Dump) -> Result<()> {
+        self.checkpoint_leave_running(id, dump).await
     }
 
     async fn update(&self, id: &str, resources: &serde_json::Value) -> Result<()> {

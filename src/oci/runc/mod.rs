@@ -1,10 +1,11 @@
-//! Driving runc-compatible OCI runtime CLIs (runc today): the [`OciRuntime`] trait, [`Runc`], exec, kill, delete and the `features` probe; a second runtime (crun) and `runc checkpoint/restore` go here.
+//! Driving runc-compatible OCI runtime CLIs (runc, crun): the [`OciRuntime`] trait, [`Runc`], exec, kill, delete, `checkpoint` (CRIU) and the `features` probe.
 //!
 //! Every call spawns the runtime's command line (`<runtime> --root R --log-format json …`)
 //! or, where runc's own behaviour is plain, does its work in-process ([`fifo`] for `start`,
 //! [`delete`] for the delete of a stopped container). [`FakeRuntime`] stands in for it in
 //! unit tests.
 
+pub mod checkpoint;
 mod command;
 mod delete;
 pub(crate) mod exec;

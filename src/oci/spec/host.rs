@@ -1,6 +1,6 @@
 //! Facts about the host the spec depends on, detected once at daemon start.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::thread::UnshareFlags;
 
@@ -48,6 +48,10 @@ pub struct HostFacts {
     pub kernel: (u32, u32),
     /// The node's hostname (`HOSTNAME` for pods that do not name one).
     pub hostname: String,
+    /// CRIU, when `criu check` passed at start: containers can be checkpointed.
+    pub criu: Option<PathBuf>,
+    /// Why containers cannot be checkpointed, when `criu` is `None`.
+    pub criu_why: String,
 }
 
 impl Default for HostFacts {
@@ -72,6 +76,8 @@ impl Default for HostFacts {
             runtime_mounts: RuntimeMountFeatures::default(),
             kernel: (6, 1),
             hostname: "node".to_string(),
+            criu: None,
+            criu_why: "not probed".to_string(),
         }
     }
 }
@@ -129,6 +135,8 @@ impl HostFacts {
             runtime_mounts: RuntimeMountFeatures::default(),
             kernel: seccomp::host_kernel(),
             hostname,
+            criu: None,
+            criu_why: "not probed".to_string(),
         })
     }
 
@@ -139,6 +147,13 @@ impl HostFacts {
         self.runtime_mounts = features::runtime_features(runtime);
         self.recursive_read_only =
             self.runtime_mounts.rro || crate::sys::mount_api::mount_setattr_supported();
+        match crate::oci::runc::checkpoint::probe_criu() {
+            Ok(criu) => {
+                self.criu = Some(criu);
+                self.criu_why.clear();
+            }
+            Err(why) => self.criu_why = why,
+        }
         match probe_user_namespaces(binary, store) {
             Ok(()) => {
                 self.user_namespaces = true;

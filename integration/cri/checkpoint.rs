@@ -1,0 +1,361 @@
+//! CheckpointContainer with real runc and CRIU: refusals checked before anything is made (here and in the VM lane), and where `criu check` passes (the VM lane's 6.1 guest) a running counter is checkpointed into the containerd/CRI-O archive layout while it keeps counting, with its time and size for a small and a 200 MiB-RSS container.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use bosun::proto::runtime::v1 as pb;
+use tonic::Code;
+
+use crate::support::cri::{self, NEEDS};
+use crate::support::{scratch, trial, Need, Scenario};
+
+const NEEDS_CRIU: &[Need] = &[Need::Root, Need::Runc, Need::Images, Need::Criu];
+
+pub fn trials() -> Vec<libtest_mimic::Trial> {
+    vec![
+        trial(
+            "cri::checkpoint::refusals_name_the_problem_and_leave_no_file",
+            NEEDS,
+            refusals,
+        ),
+        trial(
+            "cri::checkpoint::create_from_an_archive_is_refused_as_not_supported_yet",
+            NEEDS,
+            restore_refused,
+        ),
+        trial(
+            "cri::checkpoint::running_counter_is_archived_and_keeps_counting",
+            NEEDS_CRIU,
+            archived_and_running,
+        ),
+        trial(
+            "cri::checkpoint::time_and_size_small_and_200mib_rss",
+            NEEDS_CRIU,
+            time_and_size,
+        ),
+    ]
+}
+
+/// A shell counter: `ready`, then `n=<i>` every 0.2 s.
+const COUNTER: &str = "i=0; echo ready; while :; do i=$((i+1)); echo n=$i; sleep 0.2; done";
+
+async fn checkpoint(
+    rt: &mut cri::Rt,
+    id: &str,
+    location: &Path,
+) -> std::result::Result<(), tonic::Status> {
+    rt.checkpoint_container(pb::CheckpointContainerRequest {
+        container_id: id.into(),
+        location: location.display().to_string(),
+        timeout: 0,
+    })
+    .await
+    .map(drop)
+}
+
+/// The error of a checkpoint that must be refused.
+fn refused(r: std::result::Result<(), tonic::Status>) -> Result<tonic::Status> {
+    match r {
+        Ok(()) => anyhow::bail!("the checkpoint was taken, not refused"),
+        Err(e) => Ok(e),
+    }
+}
+
+/// The highest `n=` the container logged.
+fn last_count(lines: &[String]) -> u64 {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("n=")?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Status verbose `checkpoint`: (available, message).
+async fn checkpoint_info(rt: &mut cri::Rt) -> Result<(bool, String)> {
+    let info = cri::status_info(rt, "checkpoint").await?;
+    let msg = info["message"].as_str().unwrap_or_default().to_string();
+    ensure!(
+        !msg.is_empty(),
+        "Status checkpoint without a message: {info}"
+    );
+    Ok((info["available"] == true, msg))
+}
+
+fn refusals() -> Result<()> {
+    Scenario::new().run(async |s| {
+        let dir = scratch()?;
+        let at = dir.path().join("ck.tar");
+        let mut rt = s.rt.clone();
+        let err = refused(checkpoint(&mut rt, "0123456789ab", &at).await)?;
+        ensure!(err.code() == Code::NotFound, "unknown container: {err:?}");
+        let pod = s.pod(s.pod_config("ck-refused")).await?;
+        let busybox = s.image("busybox");
+        let created = s
+            .create(&pod, &pod.container("created", &busybox).sh(COUNTER))
+            .await?;
+        let err = refused(checkpoint(&mut rt, &created, &at).await)?;
+        ensure!(
+            err.code() == Code::FailedPrecondition && err.message().contains("running"),
+            "created container: {err:?}"
+        );
+        let id = s
+            .ready(&pod, &pod.container("counter", &busybox).sh(COUNTER))
+            .await?;
+        for (loc, what) in [
+            ("", "location is required"),
+            ("ck.tar", "not an absolute path"),
+        ] {
+            let err = refused(checkpoint(&mut rt, &id, Path::new(loc)).await)?;
+            ensure!(
+                err.code() == Code::InvalidArgument && err.message().contains(what),
+                "location {loc:?}: {err:?}"
+            );
+        }
+        let (available, why) = checkpoint_info(&mut rt).await?;
+        if !available {
+            // This host: CRIU missing or `criu check` failing is said, not tried.
+            let err = refused(checkpoint(&mut rt, &id, &at).await)?;
+            ensure!(
+                err.code() == Code::FailedPrecondition && err.message().contains(&why),
+                "CRIU unusable ({why}): {err:?}"
+            );
+            eprintln!("checkpoint unavailable here: {why}");
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path())?.collect();
+        ensure!(left.is_empty(), "refused checkpoints left files: {left:?}");
+        let st = s.status(&id).await?;
+        ensure!(
+            st.state == pb::ContainerState::ContainerRunning as i32,
+            "{st:?}"
+        );
+        Ok(())
+    })
+}
+
+/// CreateContainer whose image is `archive`: Unimplemented naming it; nothing is created.
+async fn expect_restore_refused(
+    s: &crate::support::Scene,
+    pod: &cri::Pod,
+    archive: &Path,
+) -> Result<()> {
+    let c = pod
+        .container("restored", &archive.display().to_string())
+        .build();
+    let before = s.list_containers(None).await?.len();
+    let status = cri::try_create(&mut s.rt.clone(), pod, &c)
+        .await
+        .err()
+        .context("CreateContainer from a checkpoint archive was accepted")?;
+    ensure!(
+        status.code() == Code::Unimplemented
+            && status.message().contains("checkpoint archive")
+            && status.message().contains(&archive.display().to_string()),
+        "{status:?}"
+    );
+    ensure!(
+        s.list_containers(None).await?.len() == before,
+        "a container was created"
+    );
+    Ok(())
+}
+
+fn restore_refused() -> Result<()> {
+    Scenario::new().run(async |s| {
+        let dir = scratch()?;
+        // An archive as another runtime writes it: config.dump is what marks it.
+        let archive = dir.path().join("other.tar");
+        let mut tar = tar::Builder::new(std::fs::File::create(&archive)?);
+        let config = br#"{"id":"abc","name":"counter","rootfsImageName":"docker.io/library/busybox:latest"}"#;
+        let mut header = tar::Header::new_gnu();
+        header.set_size(config.len() as u64);
+        header.set_mode(0o644);
+        tar.append_data(&mut header, "config.dump", &config[..])?;
+        tar.finish()?;
+        drop(tar);
+        let pod = s.pod(s.pod_config("ck-restore")).await?;
+        expect_restore_refused(s, &pod, &archive).await
+    })
+}
+
+/// The archive's member names.
+fn members(archive: &Path) -> Result<Vec<String>> {
+    let mut tar = tar::Archive::new(std::fs::File::open(archive)?);
+    tar.entries()?
+        .map(|e| Ok(e?.path()?.display().to_string()))
+        .collect()
+}
+
+/// One member's content.
+fn member(archive: &Path, name: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut tar = tar::Archive::new(std::fs::File::open(archive)?);
+    for e in tar.entries()? {
+        let mut e = e?;
+        if e.path()?.display().to_string() == name {
+            let mut out = Vec::new();
+            e.read_to_end(&mut out)?;
+            return Ok(out);
+        }
+    }
+    anyhow::bail!("{} has no {name}", archive.display())
+}
+
+fn archived_and_running() -> Result<()> {
+    Scenario::new().run(async |s| {
+        let dir = scratch()?;
+        let at = dir.path().join("counter.tar");
+        let mut rt = s.rt.clone();
+        let pod = s.pod(s.pod_config("ck-counter")).await?;
+        let c = pod
+            .container("counter", &s.image("busybox"))
+            .sh(&format!(
+                "mkdir -p /data && echo kept > /data/added && rm /etc/group; {COUNTER}"
+            ))
+            .build();
+        let id = s.ready(&pod, &c).await?;
+        let log = pod.log_of(&c);
+        cri::wait_log(&log, 20, |l| last_count(l) >= 3).await?;
+        let t = Instant::now();
+        checkpoint(&mut rt, &id, &at)
+            .await
+            .context("CheckpointContainer")?;
+        let took = t.elapsed();
+        let names = members(&at)?;
+        for want in [
+            "spec.dump",
+            "config.dump",
+            "status.dump",
+            "stats-dump",
+            "dump.log",
+            "container.log",
+            "rootfs-diff.tar",
+            "deleted.files",
+            "checkpoint/inventory.img",
+        ] {
+            ensure!(names.iter().any(|n| n == want), "no {want} in {names:?}");
+        }
+        let spec: serde_json::Value = serde_json::from_slice(&member(&at, "spec.dump")?)?;
+        ensure!(
+            spec["process"]["args"][0] == "sh"
+                && spec["annotations"]["io.kubernetes.cri.container-name"] == "counter"
+                && spec["annotations"]["io.kubernetes.cri.sandbox-name"]
+                    == pod.config.metadata.as_ref().map_or("", |m| m.name.as_str()),
+            "spec.dump: {spec}"
+        );
+        let config: serde_json::Value = serde_json::from_slice(&member(&at, "config.dump")?)?;
+        ensure!(
+            config["id"] == id.as_str()
+                && config["name"] == "counter"
+                && config["rootfsImageName"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("busybox"))
+                && config["rootfsImageRef"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("sha256:"))
+                && config["runtime"] == "runc"
+                && config["checkpointedTime"]
+                    .as_str()
+                    .is_some_and(|t| t.ends_with('Z')),
+            "config.dump: {config}"
+        );
+        let deleted: Vec<String> = serde_json::from_slice(&member(&at, "deleted.files")?)?;
+        ensure!(deleted == ["/etc/group"], "deleted.files: {deleted:?}");
+        let diff = member(&at, "rootfs-diff.tar")?;
+        let diff_path = dir.path().join("diff.tar");
+        std::fs::write(&diff_path, diff)?;
+        let diff_names = members(&diff_path)?;
+        ensure!(
+            diff_names.iter().any(|n| n == "data/added"),
+            "rootfs-diff.tar: {diff_names:?}"
+        );
+        let logged = String::from_utf8(member(&at, "container.log")?)?;
+        ensure!(logged.contains("n=3"), "container.log: {logged}");
+        // It kept running and counting.
+        let before = last_count(&cri::lines_of(
+            &cri::wait_log(&log, 5, |_| true).await?,
+            "stdout",
+        ));
+        cri::wait_log(&log, 20, |l| last_count(l) >= before + 3).await?;
+        let st = s.status(&id).await?;
+        ensure!(
+            st.state == pb::ContainerState::ContainerRunning as i32,
+            "{st:?}"
+        );
+        let out = s.exec(&id, &["cat", "/data/added"], 10).await?;
+        ensure!(
+            String::from_utf8_lossy(&out.stdout).trim() == "kept",
+            "{out:?}"
+        );
+        expect_restore_refused(s, &pod, &at).await?;
+        let size = std::fs::metadata(&at)?.len();
+        println!("checkpoint small counter: {took:?}, archive {size} bytes");
+        let left: Vec<_> = std::fs::read_dir(dir.path())?
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .filter(|n| n.to_string_lossy().starts_with('.'))
+            .collect();
+        ensure!(left.is_empty(), "staging left behind: {left:?}");
+        Ok(())
+    })
+}
+
+fn time_and_size() -> Result<()> {
+    Scenario::new().run(async |s| {
+        let dir = scratch()?;
+        let mut rt = s.rt.clone();
+        let pod = s.pod(s.pod_config("ck-bench")).await?;
+        let busybox = s.image("busybox");
+        // dd reads 200 MiB of zeros into one buffer (touched: resident, anonymous memory) and
+        // blocks writing it into a pipe nobody reads: the buffer stays resident.
+        let cases = [
+            ("small", format!("echo ready; {COUNTER}")),
+            (
+                "rss200",
+                "echo ready; dd if=/dev/zero bs=200M count=1 2>/dev/null | sleep 100000".into(),
+            ),
+        ];
+        for (name, script) in cases {
+            let id = s
+                .ready(&pod, &pod.container(name, &busybox).sh(&script))
+                .await?;
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            let rss = container_rss_kib(&mut rt, &id).await?;
+            let at = dir.path().join(format!("{name}.tar"));
+            let t = Instant::now();
+            checkpoint(&mut rt, &id, &at)
+                .await
+                .with_context(|| format!("checkpoint {name}"))?;
+            let took = t.elapsed();
+            let size = std::fs::metadata(&at)?.len();
+            println!(
+                "checkpoint {name}: working set {:.1} MiB, {took:?}, archive {:.1} MiB",
+                rss as f64 / 1024.0,
+                size as f64 / (1 << 20) as f64
+            );
+            if name == "rss200" {
+                ensure!(
+                    size > 190 << 20,
+                    "a 200 MiB buffer in a {size}-byte archive"
+                );
+            }
+            s.stop(&id, 5).await?;
+        }
+        Ok(())
+    })
+}
+
+/// ContainerStats' working set in KiB.
+async fn container_rss_kib(rt: &mut cri::Rt, id: &str) -> Result<u64> {
+    let st = rt
+        .container_stats(pb::ContainerStatsRequest {
+            container_id: id.into(),
+        })
+        .await?
+        .into_inner();
+    Ok(st
+        .stats
+        .and_then(|s| s.memory)
+        .and_then(|m| m.working_set_bytes)
+        .map(|v| v.value / 1024)
+        .unwrap_or(0))
+}
