@@ -15,6 +15,7 @@ PACKAGES=(
   build-essential pkg-config curl ca-certificates git
   runc
   crun            # a second runtime handler (issue 29); unusable on a cgroup v1 host, reported
+  criu            # CheckpointContainer (issue 29); `criu check` fails on some kernels (6.18's vDSO): reported, trials SKIP
   busybox          # the dynamic one; it conflicts with busybox-static
   docker-registry
   apache2-utils    # htpasswd
