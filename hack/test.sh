@@ -43,7 +43,8 @@ status=${PIPESTATUS[0]}
 # In the same boot, critest under each driver (hack/vm/critest.sh): its images from
 # test-images/critest on a registry on the guest's loopback, critest from ../shared/bin (SKIP
 # where absent); the digest spec is known to fail offline and counts as ignored. Between the
-# two, the kind node test (hack/kind/lane-test.sh).
+# two, the kind node test (hack/kind/lane-test.sh): a node per cgroup driver (systemd, then
+# cgroupfs), with a real kubelet's pods, and critest inside the systemd node.
 echo "== VM lane (cgroup v2 + systemd)"
 if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null; then
   shares=()
