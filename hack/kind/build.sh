@@ -23,10 +23,9 @@ CACHE="${BOSUN_KIND_CACHE:-/var/cache/bosun-kind}"
 BIN="$(readlink -f "${1:-${CARGO_TARGET_DIR:-$REPO/target}/debug/bosun}")"
 
 # What a kind node has besides containerd and the Kubernetes binaries (kubeadm's preflight
-# looks for conntrack, socat, ethtool, iptables); apparmor and sudo because critest's AppArmor
-# specs load their profiles with `sudo apparmor_parser` (the lane runs critest in the node).
+# looks for conntrack, socat, ethtool, iptables).
 PACKAGES=(
-  systemd systemd-sysv dbus kmod apparmor sudo
+  systemd systemd-sysv dbus kmod
   runc crun containernetworking-plugins
   iproute2 iptables nftables conntrack socat ethtool
   procps util-linux mount ca-certificates curl
