@@ -70,12 +70,21 @@ T
   done
   printf 'defaultTestContainerImage: registry.k8s.io/e2e-test-images/busybox:1.29-2\nwebServerTestImage: registry.k8s.io/e2e-test-images/nginx:1.14-2\n' |
     to_node /tmp/critest/test-images.yaml
+  # critest runs its 9 AppArmor specs when the kernel has AppArmor (the guest's has), and their
+  # setup loads its test profiles with `sudo apparmor_parser`, which this node image (like
+  # kindest/node) has not got: without them they fail in critest's BeforeEach, never reaching
+  # bosun (the lane's first run: 9 such failures). Skipped then, and said.
+  local skips=()
+  if ! in_node sh -c 'command -v apparmor_parser && command -v sudo' >/dev/null 2>&1; then
+    echo "SKIP kind::$D::critest AppArmor specs: their setup runs 'sudo apparmor_parser', not in the node image"
+    skips=(--ginkgo.skip AppArmor)
+  fi
   log "critest in the node (driver $D): /opt/critest-bin/$(basename "$CRITEST") on $SOCK"
   t=$(now)
   in_node "/opt/critest-bin/$(basename "$CRITEST")" --runtime-endpoint "$SOCK" --image-endpoint "$SOCK" \
     --test-images-file /tmp/critest/test-images.yaml --report-dir /tmp/critest \
     --ginkgo.junit-report /tmp/critest/junit.xml --ginkgo.no-color --ginkgo.flake-attempts 2 \
-    >"$work/critest-$D.log" 2>&1
+    "${skips[@]}" >"$work/critest-$D.log" 2>&1
   rc=$?
   in_node cat /tmp/critest/junit.xml >"$work/junit-$D.xml" 2>/dev/null
   out=$(python3 "$REPO/hack/vm/junit_summary.py" "$work/junit-$D.xml")
