@@ -45,7 +45,8 @@ status=${PIPESTATUS[0]}
 # test-images/critest on a registry on the guest's loopback, critest from ../shared/bin (SKIP
 # where absent); the digest spec is known to fail offline and counts as ignored. Then critest
 # once more on the crun handler (--runtime-handler crun, systemd driver), counted the same.
-# Between the suite and critest, the kind node test (hack/kind/lane-test.sh).
+# Between the suite and critest, the kind node test (hack/kind/lane-test.sh): a node per cgroup
+# driver (systemd, then cgroupfs), with a real kubelet's pods, and critest inside the systemd node.
 echo "== VM lane (cgroup v2 + systemd)"
 if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null; then
   shares=()
