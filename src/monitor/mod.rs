@@ -200,6 +200,10 @@ fn run(config: &MonitorArgs, mut log: LogFile, sync: &mut SyncPipe) -> Result<()
         (None, Some(io), stdio)
     };
     let mut attach = attach::AttachServer::bind(&config.bundle, config.stdin_once, config.tty)?;
+    // The slice's OOM count before the container exists: the baseline should the container be
+    // OOM-killed, and its scope removed, before the watch below starts.
+    let counter = OomCounter::for_bundle(&config.bundle, &config.id).ok();
+    let slice_before = counter.as_ref().and_then(OomCounter::read_parent);
     runc::run(config, console.as_ref().map(|_| console::NAME), stdio)?;
     let started_at = SystemTime::now();
     let mut io = match (pipes, console) {
@@ -231,9 +235,7 @@ fn run(config: &MonitorArgs, mut log: LogFile, sync: &mut SyncPipe) -> Result<()
     sync.ready(me, init);
     // The process runs already (and may have been OOM-killed): the cgroup `runc run` just
     // made counts from zero, which is the baseline, not what it reads now.
-    let mut oom = OomCounter::for_bundle(&config.bundle, &config.id)
-        .ok()
-        .map(OomWatch::start_new);
+    let mut oom = counter.map(|c| OomWatch::start_new(c, slice_before));
     // Before the trim below: the JSON parse must not pull its pages back in afterwards.
     let leftovers = leftovers::Leftovers::for_container(config);
     crate::sys::trim::shed_startup_pages();

@@ -12,6 +12,8 @@
 //!   the scope and the init died of SIGKILL (an OOM kill is one). A sibling container's kill in
 //!   that same instant would be taken for ours; one seen earlier is not, as every change of the
 //!   slice's file makes the monitor read the scope's again.
+//! - the scope gone before the watch even started (killed and removed while `runc run` was
+//!   returning): the slice's count, read before `runc run`, is the mark.
 //!
 //! v1's `memory.oom_control` has no such events: there the counter is read before and after
 //! (the cgroupfs cgroup lives until `runc delete`).
@@ -62,9 +64,16 @@ impl OomWatch {
 
     /// [`OomWatch::start`] for a cgroup made just now (by `runc run`): its count started at
     /// zero, whatever it reads by now (a process OOM-killed at once is counted as such).
-    pub fn start_new(counter: OomCounter) -> Self {
+    /// `slice_before` is the slice's count read before `runc run`: when the scope is gone
+    /// already (OOM-killed and removed by systemd before this start), the slice's count
+    /// rising past it is the kill's only trace, so it is the mark.
+    pub fn start_new(counter: OomCounter, slice_before: Option<u64>) -> Self {
         let mut w = Self::start(counter);
         w.before = Some(0);
+        if w.parent_mark.is_none() && w.seen.is_none() && slice_before.is_some() {
+            w.parent = true;
+            w.parent_mark = slice_before;
+        }
         w
     }
 
@@ -193,7 +202,7 @@ mod tests {
     fn a_new_cgroup_counts_from_zero() {
         let root = tempfile::tempdir().expect("tempdir");
         events(root.path(), 1);
-        let mut w = OomWatch::start_new(counter_at(root.path()));
+        let mut w = OomWatch::start_new(counter_at(root.path()), None);
         assert!(w.killed(true), "killed before the first reading");
         let mut w = OomWatch::start(counter_at(root.path()));
         assert!(!w.killed(true), "an old cgroup's count is its baseline");
@@ -241,6 +250,33 @@ mod tests {
             std::fs::remove_dir_all(root.path().join("pod1.slice/cri-c1.scope")).expect("rm");
             assert_eq!(w.killed(sigkilled), sigkilled, "sigkilled {sigkilled}");
         }
+    }
+
+    /// OOM-killed before `runc run` returned and the scope removed before the watch started:
+    /// nothing to watch, but the slice counted one more kill than before the run.
+    #[test]
+    fn a_scope_gone_before_the_watch_started_is_judged_by_the_slice_before_the_run() {
+        for (sigkilled, slice_after, want) in [(true, 5, true), (false, 5, false), (true, 4, false)]
+        {
+            let root = tempfile::tempdir().expect("tempdir");
+            let counter = scope_at(root.path(), 0, 4);
+            let before = counter.read_parent();
+            assert_eq!(before, Some(4));
+            set(&root.path().join("pod1.slice"), slice_after);
+            std::fs::remove_dir_all(root.path().join("pod1.slice/cri-c1.scope")).expect("rm");
+            let mut w = OomWatch::start_new(counter, before);
+            assert_eq!(
+                w.killed(sigkilled),
+                want,
+                "sigkilled {sigkilled}, slice {slice_after}"
+            );
+        }
+        // No slice reading before the run: no verdict from the slice.
+        let root = tempfile::tempdir().expect("tempdir");
+        let counter = scope_at(root.path(), 0, 4);
+        set(&root.path().join("pod1.slice"), 5);
+        std::fs::remove_dir_all(root.path().join("pod1.slice/cri-c1.scope")).expect("rm");
+        assert!(!OomWatch::start_new(counter, None).killed(true));
     }
 
     #[test]
