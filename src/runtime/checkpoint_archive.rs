@@ -214,11 +214,11 @@ fn walk(
     Ok(())
 }
 
-/// Tars `staging` without its `work/` directory into `target` (through `target.part`).
+/// Tars `staging` without its `work/` directory into `target`, through a temporary sibling of
+/// its own (random name: a user's `<target>.part`, or a second checkpoint to the same
+/// location, is never truncated or removed).
 fn pack(staging: &Path, target: &Path) -> Result<()> {
-    let mut part = target.as_os_str().to_owned();
-    part.push(".part");
-    let part = PathBuf::from(part);
+    let part = crate::store::atomic::temp_path(target);
     let packed = (|| -> Result<()> {
         let file = File::create(&part).ctx(|| format!("create {}", part.display()))?;
         let mut tar = tar::Builder::new(file);
