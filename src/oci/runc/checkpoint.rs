@@ -23,7 +23,12 @@ pub const DUMP_LOG: &str = "dump.log";
 pub fn probe_criu() -> std::result::Result<PathBuf, String> {
     let criu = crate::oci::host::find_in_path("criu")
         .ok_or_else(|| "CRIU is not installed (no criu in PATH)".to_string())?;
-    let mut cmd = Command::new(&criu);
+    check(&criu).map(|()| criu)
+}
+
+/// `criu check` by the program at `criu`: Ok when it passes, else its error line.
+fn check(criu: &Path) -> std::result::Result<(), String> {
+    let mut cmd = Command::new(criu);
     cmd.arg("check")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -32,10 +37,13 @@ pub fn probe_criu() -> std::result::Result<PathBuf, String> {
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("{} check: cannot run: {e}", criu.display()))?;
+    // Both pipes drained while it runs: a chatty check must not block on a full pipe.
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let start = Instant::now();
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
+            Ok(Some(status)) => break status,
             Ok(None) if start.elapsed() < PROBE_TIMEOUT => {
                 std::thread::sleep(Duration::from_millis(20))
             }
@@ -48,12 +56,15 @@ pub fn probe_criu() -> std::result::Result<PathBuf, String> {
                 ));
             }
         }
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("{} check: {e}", criu.display()))?;
+    };
+    let output = |h: std::thread::JoinHandle<Vec<u8>>| h.join().unwrap_or_default();
+    let out = std::process::Output {
+        status,
+        stdout: output(stdout),
+        stderr: output(stderr),
+    };
     if out.status.success() {
-        return Ok(criu);
+        return Ok(());
     }
     let text = [out.stderr, out.stdout].concat();
     let text = String::from_utf8_lossy(&text);
@@ -69,6 +80,19 @@ pub fn probe_criu() -> std::result::Result<PathBuf, String> {
         "criu check failed ({}): {why}; CRIU does not work with this kernel",
         out.status
     ))
+}
+
+/// Reads `pipe` to its end on a thread, keeping the first 64 KiB.
+fn drain<R: std::io::Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut kept = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.by_ref().take(64 << 10).read_to_end(&mut kept);
+            let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+        }
+        kept
+    })
 }
 
 /// Where and how long one dump goes.
@@ -122,6 +146,27 @@ pub fn criu_errors(log: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chatty_failing_check_is_read_to_its_end_not_timed_out() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("bosun-criu-chatty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("test fixture");
+        let fake = dir.join("criu");
+        // 1 MiB on stdout (a pipe holds 64 KiB) before the error and the exit.
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\nhead -c 1048576 /dev/zero\necho 'Error (criu/kerndat.c:1): boom' >&2\nexit 1\n",
+        )
+        .expect("test fixture");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+            .expect("test fixture");
+        let t = Instant::now();
+        let why = check(&fake).expect_err("a failing check");
+        assert!(t.elapsed() < PROBE_TIMEOUT / 2, "took {:?}", t.elapsed());
+        assert!(why.contains("Error (criu/kerndat.c:1): boom"), "{why}");
+        std::fs::remove_dir_all(&dir).expect("test fixture");
+    }
 
     #[test]
     fn criu_errors_keeps_the_last_three_error_lines() {
