@@ -1,3 +1,5 @@
+//! Tests of the cgroup warming: which cgroups are candidates and when a write is made or warming goes off.
+
 use super::*;
 
 const HYBRID: &str = "9:name=systemd:/\n8:pids:/a\n4:memory:/process_api/x\n0::/d\n";
