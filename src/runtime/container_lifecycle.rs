@@ -367,13 +367,15 @@ impl Runtime {
                 let _ = self.runc(&id).delete(&id, true).await;
                 let _ = tokio::time::timeout(Duration::from_secs(10), handle.exited()).await;
             }
+            // A checkpoint in progress ends first (the stop above killed what it dumps).
+            let dump = handle.checkpoint.lock().await;
             let life = handle.lifecycle.lock().await;
             if self.find_container(&id)?.is_none() {
                 // A concurrent remove got here first and finished.
                 return Ok(());
             }
             if entry.status().state() != ContainerState::Running {
-                break life;
+                break (dump, life);
             }
             // A StartContainer got the lock first: stop what it started.
         };
@@ -441,6 +443,8 @@ impl Runtime {
         let entry = self.container(id)?;
         let id = entry.id().to_string();
         let handle = self.handle(&id);
+        // Not during a checkpoint's dump: runc update freezes and thaws the cgroup CRIU froze.
+        let _dump = handle.checkpoint.lock().await;
         let _life = handle.lifecycle.lock().await;
         if self.state.containers.get(&id).is_err() {
             return Err(Error::not_found(format!(
