@@ -1,4 +1,4 @@
-//! CheckpointContainer with real runc and CRIU: refusals checked before anything is made (here and in the VM lane), and where `criu check` passes (the VM lane's 6.1 guest) a running counter is checkpointed into the containerd/CRI-O archive layout while it keeps counting, with its time and size for a small and a 200 MiB-RSS container.
+//! CheckpointContainer with real runc and CRIU: refusals checked before anything is made (here and in the VM lane), and where `criu check` passes (the VM lane's 6.1 guest) a running counter is checkpointed into the containerd/CRI-O archive layout while it keeps counting, with its time and size for a small and a 200 MiB-RSS container, and a StopContainer during a dump keeps its deadline.
 
 use std::path::Path;
 use std::time::Instant;
@@ -33,6 +33,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "cri::checkpoint::time_and_size_small_and_200mib_rss",
             NEEDS_CRIU,
             time_and_size,
+        ),
+        trial(
+            "cri::checkpoint::stop_during_a_dump_keeps_its_deadline_and_the_checkpoint_fails",
+            NEEDS_CRIU,
+            stop_during_dump,
         ),
     ]
 }
@@ -305,14 +310,9 @@ fn time_and_size() -> Result<()> {
         let mut rt = s.rt.clone();
         let pod = s.pod(s.pod_config("ck-bench")).await?;
         let busybox = s.image("busybox");
-        // dd reads 200 MiB of zeros into one buffer (touched: resident, anonymous memory) and
-        // blocks writing it into a pipe nobody reads: the buffer stays resident.
         let cases = [
             ("small", format!("echo ready; {COUNTER}")),
-            (
-                "rss200",
-                "echo ready; dd if=/dev/zero bs=200M count=1 2>/dev/null | sleep 100000".into(),
-            ),
+            ("rss200", RSS200.to_string()),
         ];
         for (name, script) in cases {
             let id = s
@@ -340,6 +340,78 @@ fn time_and_size() -> Result<()> {
             }
             s.stop(&id, 5).await?;
         }
+        Ok(())
+    })
+}
+
+/// dd reads 200 MiB of zeros into one buffer (touched: resident, anonymous memory) and blocks
+/// writing it into a pipe nobody reads: the buffer stays resident.
+const RSS200: &str = "echo ready; dd if=/dev/zero bs=200M count=1 2>/dev/null | sleep 100000";
+
+/// Issue 29: StopContainer(timeout 2) during the CRIU dump of a 200 MiB container returns
+/// within its deadline and a margin (the dump does not hold it up), the container is exited,
+/// and the checkpoint fails saying it was stopped, leaving no archive and no staging dir.
+fn stop_during_dump() -> Result<()> {
+    Scenario::new().run(async |s| {
+        let dir = scratch()?;
+        let pod = s.pod(s.pod_config("ck-stop")).await?;
+        let id = s
+            .ready(
+                &pod,
+                &pod.container("rss200", &s.image("busybox")).sh(RSS200),
+            )
+            .await?;
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let at = dir.path().join("rss200.tar");
+        let (mut rt, cid, loc) = (s.rt.clone(), id.clone(), at.clone());
+        let t0 = Instant::now();
+        let ck = tokio::spawn(async move { checkpoint(&mut rt, &cid, &loc).await });
+        // The dump is under way once CRIU's log in the staging directory has lines.
+        let dumping = || {
+            std::fs::read_dir(dir.path())
+                .ok()
+                .into_iter()
+                .flatten()
+                .any(|e| {
+                    e.ok().is_some_and(|e| {
+                        std::fs::metadata(e.path().join("work").join("dump.log"))
+                            .is_ok_and(|m| m.len() > 0)
+                    })
+                })
+        };
+        ensure!(
+            crate::support::wait_until(60, dumping),
+            "no CRIU dump under way in {}",
+            dir.path().display()
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        ensure!(
+            !ck.is_finished(),
+            "the dump ended before the stop: {:?}",
+            ck.await
+        );
+        let dumped_for = t0.elapsed();
+        let took = s.stop(&id, 2).await?;
+        let margin = crate::support::scaled(std::time::Duration::from_secs(1));
+        println!("stop during a dump (after {dumped_for:?} of it): StopContainer(2) took {took:?}");
+        ensure!(
+            took <= std::time::Duration::from_secs(2) + margin,
+            "StopContainer(2) during a dump took {took:?}"
+        );
+        let st = s.status(&id).await?;
+        ensure!(
+            st.state == pb::ContainerState::ContainerExited as i32,
+            "{st:?}"
+        );
+        let err = refused(ck.await?)?;
+        println!("checkpoint ended {:?} after it began", t0.elapsed());
+        ensure!(
+            err.code() == Code::FailedPrecondition
+                && err.message().contains("stopped during the checkpoint"),
+            "{err:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path())?.collect();
+        ensure!(left.is_empty(), "left behind: {left:?}");
         Ok(())
     })
 }

@@ -2,6 +2,7 @@
 
 mod apparmor;
 mod checkpoint;
+mod checkpoint_kubelet;
 pub mod conform;
 mod containers;
 mod deferred;
@@ -42,4 +43,5 @@ trials! {
     hostile,
     apparmor,
     checkpoint,
+    checkpoint_kubelet,
 }
