@@ -33,8 +33,9 @@ const NODE: &str = "bosun-ck";
 const COUNTER: &str = "i=0; while :; do i=$((i+1)); echo n=$i; sleep 0.2; done";
 
 /// A standalone kubelet on the test daemon's socket: static pods from `dir/manifests`, its
-/// root in `dir/root` (checkpoints in `dir/root/checkpoints`), every port on 127.0.0.1,
-/// authentication off for the checkpoint endpoint; killed on drop.
+/// root in `dir/root` (checkpoints in `dir/root/checkpoints`), its serving certificate in
+/// `dir/pki`, every port on 127.0.0.1, authentication off for the checkpoint endpoint (its
+/// secured server on: this build's default is off); killed on drop.
 struct Kubelet {
     child: Child,
     dir: PathBuf,
@@ -55,6 +56,7 @@ impl Kubelet {
 kind: KubeletConfiguration
 staticPodPath: {manifests}
 fileCheckFrequency: 1s
+enableServer: true
 address: 127.0.0.1
 port: {port}
 readOnlyPort: {read_only}
@@ -80,6 +82,8 @@ featureGates: {{ContainerCheckpoint: true}}
             .arg(dir.join("config.yaml"))
             .arg("--root-dir")
             .arg(dir.join("root"))
+            .arg("--cert-dir")
+            .arg(dir.join("pki"))
             .args(["--hostname-override", NODE, "-v", "2"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -126,7 +130,10 @@ featureGates: {{ContainerCheckpoint: true}}
             "https://127.0.0.1:{}/checkpoint/{ns}/{pod}/{container}",
             self.port
         );
-        let r = self.http.post(&url).send().await.context(url)?;
+        let r = match self.http.post(&url).send().await {
+            Ok(r) => r,
+            Err(e) => bail!("POST {url}: {e:#}; kubelet log:\n{}", self.log_tail()),
+        };
         Ok((r.status().as_u16(), r.text().await?))
     }
 
