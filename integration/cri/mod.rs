@@ -2,6 +2,8 @@
 
 mod apparmor;
 mod checkpoint;
+mod checkpoint_restore;
+mod checkpoint_restore_lane;
 pub mod conform;
 mod containers;
 mod deferred;
@@ -42,4 +44,6 @@ trials! {
     hostile,
     apparmor,
     checkpoint,
+    checkpoint_restore,
+    checkpoint_restore_lane,
 }
