@@ -10,7 +10,7 @@ use tonic::Code;
 use crate::support::cri::{self, NEEDS};
 use crate::support::{scratch, trial, Need, Scenario};
 
-const NEEDS_CRIU: &[Need] = &[Need::Root, Need::Runc, Need::Images, Need::Criu];
+pub(super) const NEEDS_CRIU: &[Need] = &[Need::Root, Need::Runc, Need::Images, Need::Criu];
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
@@ -18,11 +18,6 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "cri::checkpoint::refusals_name_the_problem_and_leave_no_file",
             NEEDS,
             refusals,
-        ),
-        trial(
-            "cri::checkpoint::create_from_an_archive_is_refused_as_not_supported_yet",
-            NEEDS,
-            restore_refused,
         ),
         trial(
             "cri::checkpoint::running_counter_is_archived_and_keeps_counting",
@@ -45,7 +40,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// A shell counter: `ready`, then `n=<i>` every 0.2 s.
 const COUNTER: &str = "i=0; echo ready; while :; do i=$((i+1)); echo n=$i; sleep 0.2; done";
 
-async fn checkpoint(
+pub(super) async fn checkpoint(
     rt: &mut cri::Rt,
     id: &str,
     location: &Path,
@@ -68,7 +63,7 @@ fn refused(r: std::result::Result<(), tonic::Status>) -> Result<tonic::Status> {
 }
 
 /// The highest `n=` the container logged.
-fn last_count(lines: &[String]) -> u64 {
+pub(super) fn last_count(lines: &[String]) -> u64 {
     lines
         .iter()
         .filter_map(|l| l.strip_prefix("n=")?.parse().ok())
@@ -77,7 +72,7 @@ fn last_count(lines: &[String]) -> u64 {
 }
 
 /// Status verbose `checkpoint`: (available, message).
-async fn checkpoint_info(rt: &mut cri::Rt) -> Result<(bool, String)> {
+pub(super) async fn checkpoint_info(rt: &mut cri::Rt) -> Result<(bool, String)> {
     let info = cri::status_info(rt, "checkpoint").await?;
     let msg = info["message"].as_str().unwrap_or_default().to_string();
     ensure!(
@@ -138,51 +133,6 @@ fn refusals() -> Result<()> {
     })
 }
 
-/// CreateContainer whose image is `archive`: Unimplemented naming it; nothing is created.
-async fn expect_restore_refused(
-    s: &crate::support::Scene,
-    pod: &cri::Pod,
-    archive: &Path,
-) -> Result<()> {
-    let c = pod
-        .container("restored", &archive.display().to_string())
-        .build();
-    let before = s.list_containers(None).await?.len();
-    let status = cri::try_create(&mut s.rt.clone(), pod, &c)
-        .await
-        .err()
-        .context("CreateContainer from a checkpoint archive was accepted")?;
-    ensure!(
-        status.code() == Code::Unimplemented
-            && status.message().contains("checkpoint archive")
-            && status.message().contains(&archive.display().to_string()),
-        "{status:?}"
-    );
-    ensure!(
-        s.list_containers(None).await?.len() == before,
-        "a container was created"
-    );
-    Ok(())
-}
-
-fn restore_refused() -> Result<()> {
-    Scenario::new().run(async |s| {
-        let dir = scratch()?;
-        // An archive as another runtime writes it: config.dump is what marks it.
-        let archive = dir.path().join("other.tar");
-        let mut tar = tar::Builder::new(std::fs::File::create(&archive)?);
-        let config = br#"{"id":"abc","name":"counter","rootfsImageName":"docker.io/library/busybox:latest"}"#;
-        let mut header = tar::Header::new_gnu();
-        header.set_size(config.len() as u64);
-        header.set_mode(0o644);
-        tar.append_data(&mut header, "config.dump", &config[..])?;
-        tar.finish()?;
-        drop(tar);
-        let pod = s.pod(s.pod_config("ck-restore")).await?;
-        expect_restore_refused(s, &pod, &archive).await
-    })
-}
-
 /// The archive's member names.
 fn members(archive: &Path) -> Result<Vec<String>> {
     let mut tar = tar::Archive::new(std::fs::File::open(archive)?);
@@ -192,7 +142,7 @@ fn members(archive: &Path) -> Result<Vec<String>> {
 }
 
 /// One member's content.
-fn member(archive: &Path, name: &str) -> Result<Vec<u8>> {
+pub(super) fn member(archive: &Path, name: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut tar = tar::Archive::new(std::fs::File::open(archive)?);
     for e in tar.entries()? {
@@ -292,7 +242,6 @@ fn archived_and_running() -> Result<()> {
             String::from_utf8_lossy(&out.stdout).trim() == "kept",
             "{out:?}"
         );
-        expect_restore_refused(s, &pod, &at).await?;
         let size = std::fs::metadata(&at)?.len();
         println!("checkpoint small counter: {took:?}, archive {size} bytes");
         let left: Vec<_> = std::fs::read_dir(dir.path())?

@@ -9,7 +9,7 @@ use bosun::proto::runtime::v1 as pb;
 
 use crate::support::cri::{self, Rt};
 use crate::support::podnet::free_port;
-use crate::support::{cgroup, kubelet_bin, scaled, scratch, trial, Need, Scenario};
+use crate::support::{cgroup, kubelet_bin, scaled, scratch, trial, Need, Registry, Scenario};
 
 const NEEDS: &[Need] = &[
     Need::Root,
@@ -18,13 +18,28 @@ const NEEDS: &[Need] = &[
     Need::Criu,
     Need::Kubelet,
 ];
+const NEEDS_RESTORE: &[Need] = &[
+    Need::Root,
+    Need::Runc,
+    Need::Images,
+    Need::Criu,
+    Need::Kubelet,
+    Need::Registry,
+];
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
-    vec![trial(
-        "cri::checkpoint::kubelet_post_checkpoint_archives_a_running_static_pod",
-        NEEDS,
-        kubelet_checkpoint,
-    )]
+    vec![
+        trial(
+            "cri::checkpoint::kubelet_post_checkpoint_archives_a_running_static_pod",
+            NEEDS,
+            kubelet_checkpoint,
+        ),
+        trial(
+            "cri::checkpoint::kubelet_static_pod_restored_from_a_checkpoint_image_counts_on",
+            NEEDS_RESTORE,
+            kubelet_restore,
+        ),
+    ]
 }
 
 /// The node name the kubelet registers its static pods under (`<pod>-<node>`).
@@ -361,5 +376,51 @@ fn kubelet_checkpoint() -> Result<()> {
         let taken = r?;
         ensure!(taken.took > Duration::ZERO);
         Ok(())
+    })
+}
+
+fn kubelet_restore() -> Result<()> {
+    Scenario::new().run(async |s| {
+        let dir = scratch()?;
+        let registry = Registry::start(false)?;
+        let mut rt = s.rt.clone();
+        let kubelet = Kubelet::start(&s.daemon.socket(), dir.path())?;
+        let r = async {
+            let taken = checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox")).await?;
+            // The checkpoint image (what `buildah add` + `buildah config --annotation` make),
+            // pushed to the registry on 127.0.0.1; a second static pod names it.
+            let image = crate::support::checkpoint_image::push_checkpoint_image(
+                &registry.host(),
+                "bosun/counter-checkpoint",
+                "latest",
+                &taken.archive,
+                "counter",
+            )
+            .await?;
+            kubelet.manifest("restored", &counter_pod("restored", &image))?;
+            let pod = format!("restored-{NODE}");
+            let t = Instant::now();
+            kubelet.wait_running(&pod, "counter", 180).await?;
+            let (_, log) = counter_of(&mut rt, &pod).await?;
+            // It counts on from the checkpointed value, not from 1.
+            let lines = cri::wait_log(&log, 30, |l| counts(l).count() >= 3).await?;
+            let lines = cri::lines_of(&lines, "stdout");
+            let first = counts(&lines).next().unwrap_or(0);
+            ensure!(
+                first > taken.count,
+                "the restored counter started at {first}, the checkpoint held {}: {lines:?}",
+                taken.count
+            );
+            println!(
+                "kubelet restore from {image}: running after {:?}, counting on from {first} (checkpointed {})",
+                t.elapsed(),
+                taken.count
+            );
+            anyhow::Ok(())
+        }
+        .await;
+        drop(kubelet);
+        remove_pods(&s.daemon);
+        r
     })
 }

@@ -3,6 +3,8 @@
 mod apparmor;
 mod checkpoint;
 mod checkpoint_kubelet;
+mod checkpoint_restore;
+mod checkpoint_restore_lane;
 pub mod conform;
 mod containers;
 mod deferred;
@@ -44,4 +46,6 @@ trials! {
     apparmor,
     checkpoint,
     checkpoint_kubelet,
+    checkpoint_restore,
+    checkpoint_restore_lane,
 }

@@ -1,6 +1,7 @@
 //! Shared fixtures: environment checks with honest skips, the daemon, the registry, test images.
 
 pub mod cgroup;
+pub mod checkpoint_image;
 pub mod crash;
 pub mod cri;
 pub mod ctr;
