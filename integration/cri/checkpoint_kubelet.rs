@@ -18,6 +18,13 @@ const NEEDS: &[Need] = &[
     Need::Criu,
     Need::Kubelet,
 ];
+const NEEDS_HTTP: &[Need] = &[
+    Need::Root,
+    Need::Runc,
+    Need::Images,
+    Need::Criu,
+    Need::KubeletServer,
+];
 const NEEDS_RESTORE: &[Need] = &[
     Need::Root,
     Need::Runc,
@@ -31,8 +38,13 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
         trial(
             "cri::checkpoint::kubelet_post_checkpoint_archives_a_running_static_pod",
+            NEEDS_HTTP,
+            kubelet_post_checkpoint,
+        ),
+        trial(
+            "cri::checkpoint::kubelet_static_pod_checkpointed_with_the_kubelets_request_keeps_running",
             NEEDS,
-            kubelet_checkpoint,
+            kubelet_request_checkpoint,
         ),
         trial(
             "cri::checkpoint::kubelet_static_pod_restored_from_a_checkpoint_image_counts_on",
@@ -196,6 +208,8 @@ impl Drop for Kubelet {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
+        // The kubelet bind-mounts its root dir onto itself (to make it shared).
+        let _ = rustix::mount::unmount(self.dir.join("root"), rustix::mount::UnmountFlags::DETACH);
     }
 }
 
@@ -257,6 +271,24 @@ fn members(archive: &Path) -> Result<Vec<String>> {
         .collect()
 }
 
+/// How the checkpoint is asked for.
+#[derive(Clone, Copy)]
+enum How {
+    /// The kubelet's `POST /checkpoint/{ns}/{pod}/{container}` (its authenticated port).
+    Http,
+    /// The CRI request the kubelet's checkpoint handler sends, sent by the test (for a kubelet
+    /// build that does not serve its authenticated port: ../shared/bin's).
+    KubeletsRequest,
+}
+
+/// Now as Go's `time.RFC3339` in UTC (what the kubelet puts in the archive's name).
+fn rfc3339_now() -> Result<String> {
+    let out = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()?;
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
+}
+
 /// What one kubelet checkpoint gave: the archive, the counter's value in it, the time taken.
 struct Taken {
     archive: PathBuf,
@@ -270,6 +302,7 @@ async fn checkpoint_through_the_kubelet(
     rt: &mut Rt,
     kubelet: &Kubelet,
     busybox: &str,
+    how: How,
 ) -> Result<Taken> {
     kubelet.manifest("counter", &counter_pod("counter", busybox))?;
     let pod = format!("counter-{NODE}");
@@ -277,20 +310,43 @@ async fn checkpoint_through_the_kubelet(
     let (id, log) = counter_of(rt, &pod).await?;
     cri::wait_log(&log, 30, |l| last_count(l) >= 3).await?;
     let t = Instant::now();
-    let (code, body) = kubelet.checkpoint("default", &pod, "counter").await?;
+    let archive = match how {
+        How::Http => {
+            let (code, body) = kubelet.checkpoint("default", &pod, "counter").await?;
+            ensure!(
+                code == 200,
+                "POST /checkpoint: HTTP {code}: {body}; kubelet log:\n{}",
+                kubelet.log_tail()
+            );
+            let answer: serde_json::Value = serde_json::from_str(&body)
+                .with_context(|| format!("kubelet's answer {body:?}"))?;
+            PathBuf::from(
+                answer["items"][0]
+                    .as_str()
+                    .with_context(|| format!("no archive path in {body}"))?,
+            )
+        }
+        How::KubeletsRequest => {
+            // What the kubelet's checkpoint handler sends its runtime (pkg/kubelet
+            // CheckpointContainer + the CRI client): the container it knows, an archive in
+            // its checkpoints directory named with the pod's full name and an RFC 3339 time
+            // (colons and all), and its runtimeRequestTimeout (2 minutes) as the timeout.
+            std::fs::create_dir_all(kubelet.checkpoints())?;
+            let archive = kubelet.checkpoints().join(format!(
+                "checkpoint-{pod}_default-counter-{}.tar",
+                rfc3339_now()?
+            ));
+            rt.checkpoint_container(pb::CheckpointContainerRequest {
+                container_id: id.clone(),
+                location: archive.display().to_string(),
+                timeout: 120,
+            })
+            .await
+            .context("CheckpointContainer as the kubelet sends it")?;
+            archive
+        }
+    };
     let took = t.elapsed();
-    ensure!(
-        code == 200,
-        "POST /checkpoint: HTTP {code}: {body}; kubelet log:\n{}",
-        kubelet.log_tail()
-    );
-    let answer: serde_json::Value =
-        serde_json::from_str(&body).with_context(|| format!("kubelet's answer {body:?}"))?;
-    let archive = PathBuf::from(
-        answer["items"][0]
-            .as_str()
-            .with_context(|| format!("no archive path in {body}"))?,
-    );
     let name = archive
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -365,12 +421,20 @@ fn remove_pods(d: &crate::support::Daemon) {
     cri::remove_all_pods(&d.socket(), scaled(Duration::from_secs(60)));
 }
 
-fn kubelet_checkpoint() -> Result<()> {
+fn kubelet_post_checkpoint() -> Result<()> {
+    kubelet_checkpoint(How::Http)
+}
+
+fn kubelet_request_checkpoint() -> Result<()> {
+    kubelet_checkpoint(How::KubeletsRequest)
+}
+
+fn kubelet_checkpoint(how: How) -> Result<()> {
     Scenario::new().run(async |s| {
         let dir = scratch()?;
         let mut rt = s.rt.clone();
         let kubelet = Kubelet::start(&s.daemon.socket(), dir.path())?;
-        let r = checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox")).await;
+        let r = checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox"), how).await;
         drop(kubelet);
         remove_pods(&s.daemon);
         let taken = r?;
@@ -386,7 +450,15 @@ fn kubelet_restore() -> Result<()> {
         let mut rt = s.rt.clone();
         let kubelet = Kubelet::start(&s.daemon.socket(), dir.path())?;
         let r = async {
-            let taken = checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox")).await?;
+            // ../shared/bin's kubelet serves no authenticated port: the checkpoint is the
+            // kubelet's request sent by the test; the restore is all the kubelet's.
+            let taken = checkpoint_through_the_kubelet(
+                &mut rt,
+                &kubelet,
+                &s.image("busybox"),
+                How::KubeletsRequest,
+            )
+            .await?;
             // The checkpoint image (what `buildah add` + `buildah config --annotation` make),
             // pushed to the registry on 127.0.0.1; a second static pod names it.
             let image = crate::support::checkpoint_image::push_checkpoint_image(
