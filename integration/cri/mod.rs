@@ -2,6 +2,7 @@
 
 mod apparmor;
 mod checkpoint;
+mod checkpoint_image_script;
 mod checkpoint_kubelet;
 mod checkpoint_restore;
 mod checkpoint_restore_lane;
@@ -45,6 +46,7 @@ trials! {
     hostile,
     apparmor,
     checkpoint,
+    checkpoint_image_script,
     checkpoint_kubelet,
     checkpoint_restore,
     checkpoint_restore_lane,
