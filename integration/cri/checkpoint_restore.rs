@@ -18,6 +18,9 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     )]
 }
 
+/// An archive's members: name, content.
+type Members = Vec<(String, Vec<u8>)>;
+
 /// A tar at `path` of `members` (name, content; `None`: a directory), names written raw.
 fn hand_archive(path: &Path, members: &[(&str, Option<&[u8]>)]) -> Result<()> {
     let mut b = tar::Builder::new(std::fs::File::create(path)?);
@@ -75,7 +78,7 @@ fn refusals() -> Result<()> {
         let busybox = s.image("busybox");
         let (ok_config, ok_spec) = (config_dump("runc", &busybox), spec_dump(&[], false));
         let inventory: &[u8] = b"inventory";
-        let complete = |config: &[u8], spec: &[u8]| -> Vec<(String, Vec<u8>)> {
+        let complete = |config: &[u8], spec: &[u8]| -> Members {
             vec![
                 ("config.dump".into(), config.to_vec()),
                 ("spec.dump".into(), spec.to_vec()),
@@ -86,7 +89,7 @@ fn refusals() -> Result<()> {
         let with_bind = spec_dump(&["/data"], false);
         let on_tty = spec_dump(&[], true);
         let no_image = config_dump("runc", "example.com/nope/counter:1");
-        let cases: Vec<(&str, Vec<(String, Vec<u8>)>, Code, Vec<String>)> = vec![
+        let cases: Vec<(&str, Members, Code, Vec<String>)> = vec![
             (
                 "missing",
                 vec![("config.dump".into(), ok_config.clone())],
