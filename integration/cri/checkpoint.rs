@@ -1,4 +1,4 @@
-//! CheckpointContainer with real runc and CRIU: refusals checked before anything is made (here and in the VM lane), and where `criu check` passes (the VM lane's 6.1 guest) a running counter is checkpointed into the containerd/CRI-O archive layout while it keeps counting, with its time and size for a small and a 200 MiB-RSS container, and a StopContainer during a dump keeps its deadline.
+//! CheckpointContainer with real runc and CRIU: refusals checked before anything is made (here and in the VM lane), and where `criu check` passes (the VM lane's 6.1 guest) a running counter is checkpointed into the containerd/CRI-O archive layout while it keeps counting, with its checkpoint and restore time and size for a small and a 200 MiB-RSS container, and a StopContainer during a dump keeps its deadline.
 
 use std::path::Path;
 use std::time::Instant;
@@ -288,6 +288,18 @@ fn time_and_size() -> Result<()> {
                 );
             }
             s.stop(&id, 5).await?;
+            s.remove(&id).await?;
+            // Restored in the same pod, the checkpointed container gone.
+            let rss = super::checkpoint_restore_lane::restore_and_measure(s, &pod, name, &at)
+                .await
+                .with_context(|| format!("restore {name}"))?;
+            if name == "rss200" {
+                ensure!(
+                    rss > 190.0,
+                    "the restored buffer is not resident: {rss:.1} MiB"
+                );
+            }
+            std::fs::remove_file(&at)?;
         }
         Ok(())
     })
@@ -366,7 +378,7 @@ fn stop_during_dump() -> Result<()> {
 }
 
 /// ContainerStats' working set in KiB.
-async fn container_rss_kib(rt: &mut cri::Rt, id: &str) -> Result<u64> {
+pub(super) async fn container_rss_kib(rt: &mut cri::Rt, id: &str) -> Result<u64> {
     let st = rt
         .container_stats(pb::ContainerStatsRequest {
             container_id: id.into(),

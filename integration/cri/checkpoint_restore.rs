@@ -18,6 +18,9 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     )]
 }
 
+/// An archive's members: name, content.
+type Members = Vec<(String, Vec<u8>)>;
+
 /// A tar at `path` of `members` (name, content; `None`: a directory), names written raw.
 fn hand_archive(path: &Path, members: &[(&str, Option<&[u8]>)]) -> Result<()> {
     let mut b = tar::Builder::new(std::fs::File::create(path)?);
@@ -36,6 +39,14 @@ fn hand_archive(path: &Path, members: &[(&str, Option<&[u8]>)]) -> Result<()> {
     }
     b.finish()?;
     Ok(())
+}
+
+fn write_members(path: &Path, members: &Members) -> Result<()> {
+    let refs: Vec<(&str, Option<&[u8]>)> = members
+        .iter()
+        .map(|(n, d)| (n.as_str(), Some(d.as_slice())))
+        .collect();
+    hand_archive(path, &refs)
 }
 
 /// config.dump of a busybox counter checkpointed by `runtime`, from `image`.
@@ -75,7 +86,7 @@ fn refusals() -> Result<()> {
         let busybox = s.image("busybox");
         let (ok_config, ok_spec) = (config_dump("runc", &busybox), spec_dump(&[], false));
         let inventory: &[u8] = b"inventory";
-        let complete = |config: &[u8], spec: &[u8]| -> Vec<(String, Vec<u8>)> {
+        let complete = |config: &[u8], spec: &[u8]| -> Members {
             vec![
                 ("config.dump".into(), config.to_vec()),
                 ("spec.dump".into(), spec.to_vec()),
@@ -86,7 +97,7 @@ fn refusals() -> Result<()> {
         let with_bind = spec_dump(&["/data"], false);
         let on_tty = spec_dump(&[], true);
         let no_image = config_dump("runc", "example.com/nope/counter:1");
-        let cases: Vec<(&str, Vec<(String, Vec<u8>)>, Code, Vec<String>)> = vec![
+        let cases: Vec<(&str, Members, Code, Vec<String>)> = vec![
             (
                 "missing",
                 vec![("config.dump".into(), ok_config.clone())],
@@ -139,11 +150,7 @@ fn refusals() -> Result<()> {
         let containers_before = dir_names(&root.join("containers"));
         for (name, members, code, wants) in cases {
             let archive = dir.path().join(format!("{name}.tar"));
-            let refs: Vec<(&str, Option<&[u8]>)> = members
-                .iter()
-                .map(|(n, d)| (n.as_str(), Some(d.as_slice())))
-                .collect();
-            hand_archive(&archive, &refs)?;
+            write_members(&archive, &members)?;
             let err = create_from(s, &pod, &archive).await?;
             ensure!(
                 err.code() == code && wants.iter().all(|w| err.message().contains(w.as_str())),
@@ -166,20 +173,17 @@ fn refusals() -> Result<()> {
                 ..Default::default()
             })
             .build();
-        let err = cri::try_create(&mut s.rt.clone(), &pod, &c)
-            .await
-            .err()
-            .context("created from a hand-made archive")?;
-        ensure!(!err.message().contains("/data"), "{err:?}");
+        // Where CRIU works the hand-made archive is created (its start would fail: its images
+        // are not CRIU's) and removed again.
+        match cri::try_create(&mut s.rt.clone(), &pod, &c).await {
+            Ok(id) => s.remove(&id).await?,
+            Err(err) => ensure!(!err.message().contains("/data"), "{err:?}"),
+        }
         let (available, why) = checkpoint_info(&mut s.rt.clone()).await?;
         if !available {
             let archive = dir.path().join("complete.tar");
             let members = complete(&ok_config, &ok_spec);
-            let refs: Vec<(&str, Option<&[u8]>)> = members
-                .iter()
-                .map(|(n, d)| (n.as_str(), Some(d.as_slice())))
-                .collect();
-            hand_archive(&archive, &refs)?;
+            write_members(&archive, &members)?;
             let err = create_from(s, &pod, &archive).await?;
             ensure!(
                 err.code() == Code::FailedPrecondition && err.message().contains(&why),

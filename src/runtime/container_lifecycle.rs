@@ -120,7 +120,7 @@ impl Runtime {
             crate::failpoint_check!("container.create.recorded")?;
             let user = self.build_container(&sandbox, &image, entry.meta()).await?;
             if let Some(x) = &restore {
-                self.finish_restore(&id, &entry.meta().state_dir, x).await?;
+                self.finish_restore(&id, entry.meta(), x).await?;
             }
             // The identity is known only now; a rename, like every status update
             // (docs/architecture.md, "State on disk"): the synced creation record above is

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::checkpoint_restore_archive::{self as archive, Extracted};
 use super::service::Runtime;
-use super::state::meta::{NewContainer, SandboxEntry};
+use super::state::meta::{ContainerMeta, NewContainer, SandboxEntry};
 use super::state::paths;
 use crate::error::{Error, Result, ResultExt};
 use crate::image::index::ImageRecord;
@@ -17,6 +17,9 @@ pub const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
     "io.kubernetes.cri-o.annotations.checkpoint.name",
     "org.criu.checkpoint.container.name",
 ];
+
+/// The CRIU configuration file of a restore (in its restore directory).
+const CRIU_CONF: &str = "criu.conf";
 
 /// Where a checkpoint comes from.
 pub enum Source {
@@ -219,18 +222,32 @@ impl Runtime {
     pub(super) async fn finish_restore(
         &self,
         id: &str,
-        state_dir: &Path,
+        meta: &ContainerMeta,
         x: &Extracted,
     ) -> Result<()> {
-        let (dir, state_dir) = (x.dir.clone(), state_dir.to_path_buf());
+        let (dir, state_dir) = (x.dir.clone(), meta.state_dir.clone());
         let target = self.layout.restore_dir(id);
         let process = x.spec.process().clone();
+        // runc 1.1 gives CRIU the new container's cgroup as the restored tree's root on cgroup
+        // v1 only; on v2 CRIU would put the processes back into the checkpointed container's
+        // (old, removed) cgroup: a CRIU configuration file (runc's `org.criu.config`) says it.
+        let cgroup_root = if self.host.cgroup_unified {
+            crate::cgroups::path::container_dir(self.config.cgroup_driver, &meta.cgroups_path)
+        } else {
+            None
+        };
+        let criu_conf = target.join(CRIU_CONF);
         tokio::task::spawn_blocking(move || -> Result<()> {
             archive::apply_rootfs(&dir, &paths::rootfs(&state_dir))?;
             let config = paths::bundle(&state_dir).join("config.json");
             let text = std::fs::read(&config).ctx(|| format!("read {}", config.display()))?;
             let mut spec: oci_spec::runtime::Spec = serde_json::from_slice(&text)
                 .map_err(|e| Error::internal(format!("{}: {e}", config.display())))?;
+            if cgroup_root.is_some() {
+                let mut ann = spec.annotations().clone().unwrap_or_default();
+                ann.insert("org.criu.config".into(), criu_conf.display().to_string());
+                spec.set_annotations(Some(ann));
+            }
             if let (Some(mut p), Some(old)) = (spec.process().clone(), process) {
                 p.set_args(old.args().clone());
                 p.set_env(old.env().clone());
@@ -243,6 +260,11 @@ impl Runtime {
             crate::store::atomic::write_atomic_nosync(&config, &json)?;
             std::fs::rename(&dir, &target)
                 .ctx(|| format!("move {} to {}", dir.display(), target.display()))?;
+            if let Some(root) = &cgroup_root {
+                let conf = format!("cgroup-root {root}\n");
+                std::fs::write(&criu_conf, conf)
+                    .ctx(|| format!("write {}", criu_conf.display()))?;
+            }
             let work = crate::monitor::runc::restore_work(&target);
             std::fs::create_dir_all(&work).ctx(|| format!("create {}", work.display()))
         })
@@ -261,7 +283,9 @@ impl Runtime {
 
     /// After a restore: CRIU's images are not needed any more (hundreds of MiB); its logs stay
     /// until RemoveContainer.
-    pub(super) fn restored(&self, id: &str) {
+    pub(super) fn restored(&self, id: &str, pid: u32) {
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        tracing::info!(container = %id, pid, cgroup = %cgroup.trim(), "container restored");
         let images = crate::monitor::runc::restore_images(&self.layout.restore_dir(id));
         tokio::task::spawn_blocking(move || {
             if let Err(e) = std::fs::remove_dir_all(&images) {

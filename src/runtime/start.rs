@@ -108,7 +108,7 @@ impl Runtime {
         crate::failpoint!("container.start.done");
         handle.set_init(pid);
         if launch.args.restore.is_some() {
-            self.restored(&id);
+            self.restored(&id, pid);
         }
         tracing::info!(
             container = %id,
