@@ -1,4 +1,4 @@
-//! CheckpointContainer with real runc and CRIU: refusals checked before anything is made (here and in the VM lane), and where `criu check` passes (the VM lane's 6.1 guest) a running counter is checkpointed into the containerd/CRI-O archive layout while it keeps counting, with its checkpoint and restore time and size for a small and a 200 MiB-RSS container, and a StopContainer during a dump keeps its deadline.
+//! CheckpointContainer with real runc and CRIU: refusals checked before anything is made (here and in the VM lane), and where `criu check` passes (the VM lane's 6.1 guest) a running counter is checkpointed into the containerd/CRI-O archive layout while it keeps counting, with its checkpoint and restore time and size for a small and a 200 MiB-RSS container, and a StopContainer during a (600 MiB) dump keeps its deadline.
 
 use std::path::Path;
 use std::time::Instant;
@@ -309,7 +309,11 @@ fn time_and_size() -> Result<()> {
 /// writing it into a pipe nobody reads: the buffer stays resident.
 const RSS200: &str = "echo ready; dd if=/dev/zero bs=200M count=1 2>/dev/null | sleep 100000";
 
-/// Issue 29: StopContainer(timeout 2) during the CRIU dump of a 200 MiB container returns
+/// A 600 MiB buffer held the same way: its CRIU dump (~7 s in the lane; 200 MiB take ~2.5 s,
+/// the rest of a 200 MiB checkpoint is writing the archive) outlasts a 2 s grace.
+const RSS600: &str = "echo ready; dd if=/dev/zero bs=600M count=1 2>/dev/null | sleep 100000";
+
+/// Issue 29: StopContainer(timeout 2) during the CRIU dump of a 600 MiB container returns
 /// within its deadline and a margin (the dump does not hold it up), the container is exited,
 /// and the checkpoint fails saying it was stopped, leaving no archive and no staging dir.
 fn stop_during_dump() -> Result<()> {
@@ -319,11 +323,21 @@ fn stop_during_dump() -> Result<()> {
         let id = s
             .ready(
                 &pod,
-                &pod.container("rss200", &s.image("busybox")).sh(RSS200),
+                &pod.container("rss600", &s.image("busybox")).sh(RSS600),
             )
             .await?;
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        let at = dir.path().join("rss200.tar");
+        // The whole buffer resident first (dd fills it for seconds under TCG): a smaller dump
+        // could end before the stop's deadline.
+        let mut rt = s.rt.clone();
+        let deadline = Instant::now() + crate::support::scaled(std::time::Duration::from_secs(30));
+        while container_rss_kib(&mut rt, &id).await? < 590 << 10 {
+            ensure!(
+                Instant::now() < deadline,
+                "the 600 MiB buffer never became resident"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        let at = dir.path().join("rss600.tar");
         let (mut rt, cid, loc) = (s.rt.clone(), id.clone(), at.clone());
         let t0 = Instant::now();
         let ck = tokio::spawn(async move { checkpoint(&mut rt, &cid, &loc).await });
@@ -345,7 +359,6 @@ fn stop_during_dump() -> Result<()> {
             "no CRIU dump under way in {}",
             dir.path().display()
         );
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         ensure!(
             !ck.is_finished(),
             "the dump ended before the stop: {:?}",

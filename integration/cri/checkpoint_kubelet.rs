@@ -289,10 +289,13 @@ fn rfc3339_now() -> Result<String> {
     Ok(String::from_utf8(out.stdout)?.trim().to_string())
 }
 
-/// What one kubelet checkpoint gave: the archive, the counter's value in it, the time taken.
+/// What one kubelet checkpoint gave: the archive, the counter's last value before it was
+/// asked for and the last one the archive's copy of the log has (the dump holds one between
+/// the two: the container kept running while the archive was written), the time taken.
 struct Taken {
     archive: PathBuf,
-    count: u64,
+    before: u64,
+    logged_max: u64,
     took: Duration,
 }
 
@@ -309,6 +312,11 @@ async fn checkpoint_through_the_kubelet(
     kubelet.wait_running(&pod, "counter", 120).await?;
     let (id, log) = counter_of(rt, &pod).await?;
     cri::wait_log(&log, 30, |l| last_count(l) >= 3).await?;
+    // The count when the checkpoint is asked for: the dump holds this or a later one.
+    let before = last_count(&cri::lines_of(
+        &cri::wait_log(&log, 5, |_| true).await?,
+        "stdout",
+    ));
     let t = Instant::now();
     let archive = match how {
         How::Http => {
@@ -387,7 +395,7 @@ async fn checkpoint_through_the_kubelet(
         }
         text
     };
-    let count = logged
+    let logged_max = logged
         .lines()
         .filter_map(|l| {
             l.rsplit(' ')
@@ -398,20 +406,25 @@ async fn checkpoint_through_the_kubelet(
         })
         .max()
         .context("no count in the archive's container.log")?;
+    ensure!(
+        logged_max >= before,
+        "container.log up to n={logged_max}, asked at n={before}"
+    );
     // The pod keeps running and counting, the same container.
-    cri::wait_log(&log, 30, |l| last_count(l) >= count + 5).await?;
+    cri::wait_log(&log, 30, |l| last_count(l) >= logged_max + 5).await?;
     let st = cri::status(rt, &id).await?;
     ensure!(
         st.state == pb::ContainerState::ContainerRunning as i32,
         "{st:?}"
     );
     println!(
-        "kubelet checkpoint: {took:?}, archive {} bytes, count {count}",
+        "kubelet checkpoint: {took:?}, archive {} bytes, asked at n={before}, container.log up to n={logged_max}",
         std::fs::metadata(&archive)?.len()
     );
     Ok(Taken {
         archive,
-        count,
+        before,
+        logged_max,
         took,
     })
 }
@@ -479,14 +492,18 @@ fn kubelet_restore() -> Result<()> {
             let lines = cri::lines_of(&lines, "stdout");
             let first = counts(&lines).next().unwrap_or(0);
             ensure!(
-                first > taken.count,
-                "the restored counter started at {first}, the checkpoint held {}: {lines:?}",
-                taken.count
+                first > taken.before && first <= taken.logged_max + 1,
+                "the restored counter started at {first}; the checkpoint was asked at n={} and \
+                 its log copy ends at n={}: {lines:?}",
+                taken.before,
+                taken.logged_max
             );
             println!(
-                "kubelet restore from {image}: running after {:?}, counting on from {first} (checkpointed {})",
+                "kubelet restore from {image}: running after {:?}, counting on from n={first} \
+                 (asked at n={}, archived log up to n={})",
                 t.elapsed(),
-                taken.count
+                taken.before,
+                taken.logged_max
             );
             anyhow::Ok(())
         }
