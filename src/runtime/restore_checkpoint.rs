@@ -48,6 +48,11 @@ impl Runtime {
             return path.is_file().then(|| Source::Archive(path.to_path_buf()));
         }
         let rec = self.images.lookup(image)?;
+        // A checkpoint image is one layer with nothing to run: any other image is not read.
+        let run = &rec.config.config;
+        if rec.layers.len() != 1 || run.cmd.is_some() || run.entrypoint.is_some() {
+            return None;
+        }
         let manifest = self.images.content().read(&rec.manifest_digest).ok()?;
         let manifest: crate::image::manifest::Manifest = serde_json::from_slice(&manifest).ok()?;
         CHECKPOINT_ANNOTATIONS
