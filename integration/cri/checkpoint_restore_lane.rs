@@ -137,6 +137,19 @@ fn restored(through_image: bool) -> Result<()> {
             "no memory in the stats of the restored container; {}",
             where_is(s, &rid)
         );
+        // The daemon killed (-9) and started again: the restored container is recovered as
+        // any other, still running and counting.
+        s.restart().await?;
+        let st = s.status(&rid).await?;
+        ensure!(
+            st.state == pb::ContainerState::ContainerRunning as i32,
+            "after a daemon restart: {st:?}"
+        );
+        let now = last_count(&cri::lines_of(
+            &cri::wait_log(&new_log, 5, |_| true).await?,
+            "stdout",
+        ));
+        cri::wait_log(&new_log, 30, |l| last_count(l) >= now + 3).await?;
         let took = s.stop(&rid, 10).await?;
         let st = s.status(&rid).await?;
         ensure!(
