@@ -18,6 +18,10 @@ pub const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
     "org.criu.checkpoint.container.name",
 ];
 
+/// The directory under the root where checkpoints are extracted before their container is
+/// recorded (emptied at start).
+pub(super) const STAGING: &str = "checkpoint-restore";
+
 /// The CRIU configuration file of a restore (in its restore directory).
 const CRIU_CONF: &str = "criu.conf";
 
@@ -79,7 +83,7 @@ impl Runtime {
         let staging = self
             .layout
             .durable
-            .join("checkpoint-restore")
+            .join(STAGING)
             .join(format!("{:016x}", rand::random::<u64>()));
         let made = {
             let (staging, name) = (staging.clone(), name.clone());
