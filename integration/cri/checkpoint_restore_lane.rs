@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use bosun::proto::runtime::v1 as pb;
 
-use super::checkpoint::{checkpoint, last_count, NEEDS_CRIU};
+use super::checkpoint::{checkpoint, last_count, member, NEEDS_CRIU};
 use crate::support::checkpoint_image::push_checkpoint_image;
 use crate::support::cri;
 use crate::support::{scratch, trial, Need, Registry, Scenario};
@@ -37,6 +37,11 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// A counter kept in the shell's memory, a line every 0.1 s; SIGTERM ends it with 143.
 const COUNTER: &str =
     "trap 'echo term; exit 143' TERM; i=0; echo ready; while :; do i=$((i+1)); echo n=$i; sleep 0.1; done";
+
+/// `text` up to its last newline.
+fn whole_lines(text: &str) -> &str {
+    text.rfind('\n').map_or("", |end| &text[..=end])
+}
 
 /// The lowest `n=` of the log's stdout lines.
 fn first_count(lines: &[String]) -> u64 {
@@ -98,15 +103,32 @@ fn restored(through_image: bool) -> Result<()> {
             "restore counter ({}): create {created:?}, start {started:?}",
             if through_image { "image" } else { "archive" }
         );
-        let new_log = new.log_of(&rc);
-        let lines = cri::lines_of(
-            &cri::wait_log(&new_log, 30, |l| last_count(l) >= first_count(l) + 5).await?,
+        // The new log starts with the archive's (the log up to the checkpoint, as CRI-O
+        // restores it), then what the restored counter writes.
+        let archived = cri::lines_of(
+            &cri::parse_log(whole_lines(&String::from_utf8(member(
+                &at,
+                "container.log",
+            )?)?))?,
             "stdout",
         );
-        let first = first_count(&lines);
+        let new_log = new.log_of(&rc);
+        let lines = cri::lines_of(
+            &cri::wait_log(&new_log, 30, |l| {
+                l.len() > archived.len() && last_count(l) >= first_count(&l[archived.len()..]) + 5
+            })
+            .await?,
+            "stdout",
+        );
         ensure!(
-            first >= seen && !lines.iter().any(|l| l == "ready"),
-            "the counter started over ({first} < {seen} seen before the checkpoint): {lines:?}"
+            lines.starts_with(&archived),
+            "the new log does not start with the archived one: {lines:?}"
+        );
+        let after = &lines[archived.len()..];
+        let first = first_count(after);
+        ensure!(
+            first >= seen && !after.iter().any(|l| l == "ready"),
+            "the counter started over ({first} < {seen} seen before the checkpoint): {after:?}"
         );
         let st = s.status(&rid).await?;
         ensure!(
@@ -137,6 +159,19 @@ fn restored(through_image: bool) -> Result<()> {
             "no memory in the stats of the restored container; {}",
             where_is(s, &rid)
         );
+        // The daemon killed (-9) and started again: the restored container is recovered as
+        // any other, still running and counting.
+        s.restart().await?;
+        let st = s.status(&rid).await?;
+        ensure!(
+            st.state == pb::ContainerState::ContainerRunning as i32,
+            "after a daemon restart: {st:?}"
+        );
+        let now = last_count(&cri::lines_of(
+            &cri::wait_log(&new_log, 5, |_| true).await?,
+            "stdout",
+        ));
+        cri::wait_log(&new_log, 30, |l| last_count(l) >= now + 3).await?;
         let took = s.stop(&rid, 10).await?;
         let st = s.status(&rid).await?;
         ensure!(

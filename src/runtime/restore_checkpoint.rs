@@ -18,6 +18,10 @@ pub const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
     "org.criu.checkpoint.container.name",
 ];
 
+/// The directory under the root where checkpoints are extracted before their container is
+/// recorded (emptied at start).
+pub(super) const STAGING: &str = "checkpoint-restore";
+
 /// The CRIU configuration file of a restore (in its restore directory).
 const CRIU_CONF: &str = "criu.conf";
 
@@ -48,6 +52,11 @@ impl Runtime {
             return path.is_file().then(|| Source::Archive(path.to_path_buf()));
         }
         let rec = self.images.lookup(image)?;
+        // A checkpoint image is one layer with nothing to run: any other image is not read.
+        let run = &rec.config.config;
+        if rec.layers.len() != 1 || run.cmd.is_some() || run.entrypoint.is_some() {
+            return None;
+        }
         let manifest = self.images.content().read(&rec.manifest_digest).ok()?;
         let manifest: crate::image::manifest::Manifest = serde_json::from_slice(&manifest).ok()?;
         CHECKPOINT_ANNOTATIONS
@@ -74,7 +83,7 @@ impl Runtime {
         let staging = self
             .layout
             .durable
-            .join("checkpoint-restore")
+            .join(STAGING)
             .join(format!("{:016x}", rand::random::<u64>()));
         let made = {
             let (staging, name) = (staging.clone(), name.clone());
@@ -217,8 +226,9 @@ impl Runtime {
 
     /// The last steps of a restored container's creation, after its rootfs is mounted and
     /// its bundle written: the checkpoint's rootfs changes, the checkpointed process in
-    /// `config.json` (what CRIU restores: its args, env, cwd and user, for execs too), and
-    /// the extracted checkpoint moved to the container's restore directory.
+    /// `config.json` (what CRIU restores: its args, env, cwd and user, for execs too), the
+    /// extracted checkpoint moved to the container's restore directory and its
+    /// `container.log` copied to the new log path.
     pub(super) async fn finish_restore(
         &self,
         id: &str,
@@ -237,6 +247,7 @@ impl Runtime {
             None
         };
         let criu_conf = target.join(CRIU_CONF);
+        let log_path = meta.log_path.clone();
         tokio::task::spawn_blocking(move || -> Result<()> {
             archive::apply_rootfs(&dir, &paths::rootfs(&state_dir))?;
             let config = paths::bundle(&state_dir).join("config.json");
@@ -264,6 +275,16 @@ impl Runtime {
                 let conf = format!("cgroup-root {root}\n");
                 std::fs::write(&criu_conf, conf)
                     .ctx(|| format!("write {}", criu_conf.display()))?;
+            }
+            // The log up to the checkpoint starts the new log (as CRI-O restores it): the
+            // monitor appends what the restored process writes.
+            let old_log = target.join(super::checkpoint_archive::CONTAINER_LOG);
+            if !log_path.is_empty() && old_log.is_file() {
+                // Whole records only: a line cut by the copy at checkpoint time would run into
+                // the first record of the restored process.
+                let mut text = std::fs::read(&old_log).ctx(|| "read the archive's log")?;
+                text.truncate(text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1));
+                std::fs::write(&log_path, text).ctx(|| format!("write {log_path}"))?;
             }
             let work = crate::monitor::runc::restore_work(&target);
             std::fs::create_dir_all(&work).ctx(|| format!("create {}", work.display()))
