@@ -295,6 +295,8 @@ fn rfc3339_now() -> Result<String> {
 struct Taken {
     archive: PathBuf,
     before: u64,
+    /// How many counter lines the archived log holds (the restored log starts with them).
+    logged_lines: usize,
     logged_max: u64,
     took: Duration,
 }
@@ -395,6 +397,10 @@ async fn checkpoint_through_the_kubelet(
         }
         text
     };
+    let logged_lines = logged
+        .lines()
+        .filter(|l| l.rsplit(' ').next().is_some_and(|m| m.starts_with("n=")))
+        .count();
     let logged_max = logged
         .lines()
         .filter_map(|l| {
@@ -424,6 +430,7 @@ async fn checkpoint_through_the_kubelet(
     Ok(Taken {
         archive,
         before,
+        logged_lines,
         logged_max,
         took,
     })
@@ -488,9 +495,12 @@ fn kubelet_restore() -> Result<()> {
             kubelet.wait_running(&pod, "counter", 180).await?;
             let (_, log) = counter_of(&mut rt, &pod).await?;
             // It counts on from the checkpointed value, not from 1.
-            let lines = cri::wait_log(&log, 30, |l| counts(l).count() >= 3).await?;
+            // The restored log starts with the archived one (as CRI-O restores logs), then the
+            // restored process writes on.
+            let skip = taken.logged_lines;
+            let lines = cri::wait_log(&log, 30, |l| counts(l).count() >= skip + 3).await?;
             let lines = cri::lines_of(&lines, "stdout");
-            let first = counts(&lines).next().unwrap_or(0);
+            let first = counts(&lines).nth(skip).unwrap_or(0);
             ensure!(
                 first > taken.before && first <= taken.logged_max + 1,
                 "the restored counter started at {first}; the checkpoint was asked at n={} and \
