@@ -55,12 +55,14 @@ if command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null;
     critest=$(readlink -f "$critest")
     shares+=(--share "$(dirname "$critest")" --env "BOSUN_CRITEST=$critest")
   fi
+  # ../shared/bin in the guest at the same path: the kubelet checkpoint trials
+  # (cri::checkpoint::kubelet_*) and the kind node test find the kubelet and crictl there.
+  shared_bin="$(readlink -f ../shared/bin 2>/dev/null || true)"
+  [ -z "$shared_bin" ] || [ ! -d "$shared_bin" ] || shares+=(--share "$shared_bin")
   # And the kind node test (hack/kind/lane-test.sh), with a node image of the bosun
   # `cargo test` just built; it says SKIP without crictl (../shared/bin).
-  shared_bin="$(readlink -f ../shared/bin 2>/dev/null || true)"
   if node_image=$(hack/kind/build.sh 2>>target/test.log); then
     shares+=(--share "$(dirname "$node_image")")
-    [ -z "$shared_bin" ] || [ ! -d "$shared_bin" ] || shares+=(--share "$shared_bin")
   else
     echo "kind node image: hack/kind/build.sh failed (target/test.log)" | tee -a target/test.log
     node_image=

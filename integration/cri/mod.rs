@@ -2,6 +2,10 @@
 
 mod apparmor;
 mod checkpoint;
+mod checkpoint_image_script;
+mod checkpoint_kubelet;
+mod checkpoint_restore;
+mod checkpoint_restore_lane;
 pub mod conform;
 mod containers;
 mod deferred;
@@ -42,4 +46,8 @@ trials! {
     hostile,
     apparmor,
     checkpoint,
+    checkpoint_image_script,
+    checkpoint_kubelet,
+    checkpoint_restore,
+    checkpoint_restore_lane,
 }

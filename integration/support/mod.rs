@@ -1,6 +1,7 @@
 //! Shared fixtures: environment checks with honest skips, the daemon, the registry, test images.
 
 pub mod cgroup;
+pub mod checkpoint_image;
 pub mod crash;
 pub mod cri;
 pub mod ctr;
@@ -52,6 +53,13 @@ pub enum Need {
     Kubectl,
     /// cri-tools' `crictl` (`../shared/bin` from the repository root, or PATH); see [`crictl_bin`].
     Crictl,
+    /// The real kubelet: `$BOSUN_KUBELET`, `../shared/bin/kubelet` from the repository root,
+    /// or PATH; see [`kubelet_bin`].
+    Kubelet,
+    /// [`Need::Kubelet`] serving its authenticated port (10250: `/checkpoint`, exec, logs):
+    /// ../shared/bin's standalone build does not (its realkubelet/main.go serves the
+    /// read-only port only); `BOSUN_KUBELET_SERVER=1` declares that `$BOSUN_KUBELET` does.
+    KubeletServer,
     /// Debian's skopeo (archives as it writes them).
     Skopeo,
     /// Python grpcio (a grpc-core client) in the venv hack/setup.sh makes; see [`grpcio_python`].
@@ -186,6 +194,21 @@ fn unmet(need: Need) -> Option<String> {
         Need::Crictl if crictl_bin().is_none() => Some(
             "needs crictl in ../shared/bin (from the repository root) or PATH".into(),
         ),
+        Need::Kubelet if kubelet_bin().is_none() => Some(
+            "needs the kubelet: $BOSUN_KUBELET, ../shared/bin/kubelet (from the repository \
+             root) or PATH (/work/shared/bin/README.md)"
+                .into(),
+        ),
+        Need::KubeletServer if kubelet_bin().is_none() => unmet(Need::Kubelet),
+        Need::KubeletServer if std::env::var_os("BOSUN_KUBELET_SERVER").is_none_or(|v| v != "1") => {
+            Some(
+                "needs a kubelet serving its authenticated port (POST /checkpoint): the \
+                 standalone build in ../shared/bin serves only the read-only port \
+                 (../shared/tools/realkubelet/main.go); set BOSUN_KUBELET_SERVER=1 with \
+                 BOSUN_KUBELET naming one that does"
+                    .into(),
+            )
+        }
         Need::Skopeo if bosun::oci::host::find_in_path("skopeo").is_none() => {
             Some("needs skopeo in PATH (apt-get install skopeo)".into())
         }
@@ -245,6 +268,17 @@ pub fn crictl_bin() -> Option<PathBuf> {
     Some(repo_root().join("../shared/bin/crictl"))
         .filter(|p| p.is_file())
         .or_else(|| bosun::oci::host::find_in_path("crictl"))
+}
+
+/// The kubelet: `$BOSUN_KUBELET`, else `../shared/bin/kubelet` from the repository root,
+/// else in PATH.
+pub fn kubelet_bin() -> Option<PathBuf> {
+    std::env::var_os("BOSUN_KUBELET")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(Some(repo_root().join("../shared/bin/kubelet")))
+        .find(|p| p.is_file())
+        .or_else(|| bosun::oci::host::find_in_path("kubelet"))
 }
 
 /// `kubectl` in PATH.

@@ -44,11 +44,14 @@ pub struct MonitorArgs {
     pub systemd_cgroup: bool,
     /// Global options given to the runtime before `run` (a runtime handler's `options`).
     pub runtime_options: Vec<String>,
+    /// Restore the container from a checkpoint instead of running it: the directory holding
+    /// CRIU's images (`checkpoint/`) and its work directory (`work/`) (`runc restore`).
+    pub restore: Option<PathBuf>,
 }
 
 const USAGE: &str = "usage: bosun monitor --id ID --bundle DIR --runtime PATH --runtime-root DIR \
 --log-path FILE --exit-file FILE --sync-fd N [--stdin] [--stdin-once] [--tty] \
-[--systemd-cgroup] [--log-max-line BYTES] [--runtime-option OPT]...";
+[--systemd-cgroup] [--log-max-line BYTES] [--runtime-option OPT]... [--restore DIR]";
 
 impl MonitorArgs {
     /// The arguments for container `id` with no stdin or tty, the sync pipe on [`SYNC_FD`] and
@@ -75,6 +78,7 @@ impl MonitorArgs {
             log_max_line: DEFAULT_LOG_MAX_LINE,
             systemd_cgroup: false,
             runtime_options: Vec::new(),
+            restore: None,
         }
     }
 
@@ -113,12 +117,15 @@ impl MonitorArgs {
         for opt in &self.runtime_options {
             argv.push(format!("--runtime-option={opt}").into());
         }
+        if let Some(dir) = &self.restore {
+            argv.extend(["--restore".into(), dir.into()]);
+        }
         argv
     }
 
     /// Parses the arguments after `monitor`; accepts `--flag value` and `--flag=value`.
     pub fn parse(args: &[OsString]) -> Result<MonitorArgs> {
-        let mut values: [Option<OsString>; 8] = Default::default();
+        let mut values: [Option<OsString>; 9] = Default::default();
         let (mut stdin, mut stdin_once, mut tty, mut systemd_cgroup) = (false, false, false, false);
         let mut runtime_options = Vec::new();
         let mut it = args.iter();
@@ -167,7 +174,8 @@ impl MonitorArgs {
                 return Err(bad(format!("{name} given twice")));
             }
         }
-        let [id, bundle, runtime, runtime_root, log_path, exit_file, sync_fd, max_line] = values;
+        let [id, bundle, runtime, runtime_root, log_path, exit_file, sync_fd, max_line, restore] =
+            values;
         let id = required("--id", id)?
             .into_string()
             .map_err(|_| bad("--id is not UTF-8".into()))?;
@@ -204,11 +212,15 @@ impl MonitorArgs {
             log_max_line: number("--log-max-line", max_line)?.unwrap_or(DEFAULT_LOG_MAX_LINE),
             systemd_cgroup,
             runtime_options,
+            restore: match restore {
+                Some(r) => Some(absolute("--restore", Some(r))?),
+                None => None,
+            },
         })
     }
 }
 
-const VALUED: [&str; 8] = [
+const VALUED: [&str; 9] = [
     "--id",
     "--bundle",
     "--runtime",
@@ -217,6 +229,7 @@ const VALUED: [&str; 8] = [
     "--exit-file",
     "--sync-fd",
     "--log-max-line",
+    "--restore",
 ];
 
 fn bad(message: String) -> Error {
@@ -278,6 +291,7 @@ mod tests {
             log_max_line: 4096,
             systemd_cgroup: true,
             runtime_options: vec!["--debug".into(), "--cgroup-manager=disabled".into()],
+            restore: Some("/s/restore".into()),
         }
     }
 

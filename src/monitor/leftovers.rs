@@ -151,6 +151,7 @@ mod tests {
             log_max_line: 0,
             systemd_cgroup: false,
             runtime_options: Vec::new(),
+            restore: None,
         };
         write(r#"{"type": "pid"}"#);
         assert_eq!(Leftovers::for_container(&config), None);

@@ -29,6 +29,16 @@ pub fn pid_file(bundle: &Path) -> PathBuf {
     bundle.join("init.pid")
 }
 
+/// CRIU's images in a restore directory.
+pub fn restore_images(dir: &Path) -> PathBuf {
+    dir.join("checkpoint")
+}
+
+/// CRIU's work directory (its `restore.log`) in a restore directory.
+pub fn restore_work(dir: &Path) -> PathBuf {
+    dir.join("work")
+}
+
 /// The argument vector after the runtime binary (without the stdio).
 pub fn run_args(config: &MonitorArgs, console_socket: Option<&str>) -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = config.runtime_options.iter().map(Into::into).collect();
@@ -43,9 +53,20 @@ pub fn run_args(config: &MonitorArgs, console_socket: Option<&str>) -> Vec<std::
     if config.systemd_cgroup {
         args.push("--systemd-cgroup".into());
     }
+    match &config.restore {
+        // `runc restore` (and crun's): CRIU restores the dumped processes into the bundle's
+        // new container; the dumped stdio pipes are mapped onto runc's own stdio (ours).
+        Some(dir) => args.extend([
+            "restore".into(),
+            "--detach".into(),
+            "--image-path".into(),
+            restore_images(dir).into(),
+            "--work-path".into(),
+            restore_work(dir).into(),
+        ]),
+        None => args.extend(["run".into(), "--detach".into()]),
+    }
     args.extend([
-        "run".into(),
-        "--detach".into(),
         "--bundle".into(),
         config.bundle.clone().into(),
         "--pid-file".into(),
@@ -86,9 +107,20 @@ pub fn run(config: &MonitorArgs, console_socket: Option<&str>, stdio: RuncStdio)
         return Ok(());
     }
     let appended = read_from(&log, log_start).unwrap_or_default();
-    Err(Error::msg(match last_error(&appended) {
+    let msg = match last_error(&appended) {
         Some(msg) => msg,
         None => format!("runc run: {status}"),
+    };
+    // A failed restore's reason is in CRIU's own log.
+    let criu = config.restore.as_ref().and_then(|dir| {
+        let text = std::fs::read_to_string(restore_work(dir).join("restore.log")).ok()?;
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("Error")).collect();
+        let tail = &errors[errors.len().saturating_sub(3)..];
+        (!tail.is_empty()).then(|| tail.join(" | "))
+    });
+    Err(Error::msg(match criu {
+        Some(criu) => format!("{msg}; CRIU: {criu}"),
+        None => msg,
     }))
 }
 
@@ -189,6 +221,20 @@ mod tests {
             args.join(" "),
             "--root /run/r --log /b/runc.log --log-format json --systemd-cgroup run \
              --detach --bundle /b --pid-file /b/init.pid c1"
+        );
+        let restore = MonitorArgs {
+            restore: Some("/s/r".into()),
+            ..systemd
+        };
+        let args: Vec<String> = run_args(&restore, None)
+            .into_iter()
+            .map(|a| a.into_string().expect("utf8"))
+            .collect();
+        assert_eq!(
+            args.join(" "),
+            "--root /run/r --log /b/runc.log --log-format json --systemd-cgroup restore \
+             --detach --image-path /s/r/checkpoint --work-path /s/r/work --bundle /b \
+             --pid-file /b/init.pid c1"
         );
     }
 

@@ -1,10 +1,12 @@
 //! CheckpointContainer: CRIU dumps a running container through its runtime handler while it keeps running, and the archive is written at the asked location in the layout containerd and CRI-O write.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::checkpoint_archive::{self as archive, Contents};
+use super::handle::Handle;
 use super::service::{require_id, Runtime};
 use super::state::meta::ContainerEntry;
 use super::state::paths;
@@ -14,9 +16,13 @@ use crate::error::{Error, Result, ResultExt};
 impl Runtime {
     /// Checkpoints running container `id` into the archive `location` (an absolute path; its
     /// directory must exist). The container keeps running. Checked before anything is made:
-    /// the container (NotFound), `location` (InvalidArgument), the container running and CRIU
-    /// usable on this node (FailedPrecondition, saying why). A failure midway leaves no file.
-    /// `timeout_s` (CRI's `timeout`, 0: ten minutes) bounds CRIU's dump.
+    /// the container (NotFound), `location` (InvalidArgument), the container running, not
+    /// being stopped, and CRIU usable on this node (FailedPrecondition, saying why). A failure
+    /// midway leaves no file. `timeout_s` (CRI's `timeout`, 0: ten minutes) bounds CRIU's dump.
+    ///
+    /// The work runs in its own task: a caller that goes away (the kubelet's deadline) does not
+    /// cut the dump short (runc killed mid-dump) nor leave the staging directory behind; what
+    /// it made is removed, since that caller was told the checkpoint failed.
     pub async fn checkpoint_container(
         self: &Arc<Self>,
         id: &str,
@@ -27,31 +33,72 @@ impl Runtime {
         let entry = self.container(id)?;
         let id = entry.id().to_string();
         let target = check_location(&id, location)?;
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let (rt, flag) = (self.clone(), abandoned.clone());
+        let task =
+            tokio::spawn(
+                async move { rt.checkpoint_owned(&entry, &target, timeout_s, &flag).await },
+            );
+        let _caller = Abandon(abandoned);
+        task.await
+            .map_err(|e| Error::internal(format!("container {id}: checkpoint task: {e}")))?
+    }
+
+    /// The checkpoint task: one at a time per container (a second waits), the state checked
+    /// under the lifecycle lock, the dump and archive without it (see [`Handle::checkpoint`]).
+    async fn checkpoint_owned(
+        &self,
+        entry: &ContainerEntry,
+        target: &Path,
+        timeout_s: i64,
+        abandoned: &AtomicBool,
+    ) -> Result<()> {
+        let id = entry.id().to_string();
         let handle = self.handle(&id);
-        let _life = handle.lifecycle.lock().await;
-        let status = entry.status();
-        let st = status.state();
-        if st != ContainerState::Running {
-            return Err(Error::precondition(format!(
-                "container {id}: checkpoint: container is {st:?}, only a running container \
-                 can be checkpointed"
-            )));
+        let _dump = handle.checkpoint.lock().await;
+        {
+            let _life = handle.lifecycle.lock().await;
+            if self.state.containers.get(&id).is_err() {
+                return Err(Error::not_found(format!(
+                    "container {id}: checkpoint: removed while the checkpoint waited"
+                )));
+            }
+            let st = entry.status().state();
+            if st != ContainerState::Running {
+                return Err(Error::precondition(format!(
+                    "container {id}: checkpoint: container is {st:?}, only a running container \
+                     can be checkpointed"
+                )));
+            }
+            if handle.stop_in_flight() || handle.is_exited() {
+                return Err(Error::precondition(format!(
+                    "container {id}: checkpoint: the container is being stopped"
+                )));
+            }
+            if self.host.criu.is_none() {
+                return Err(Error::precondition(format!(
+                    "container {id}: checkpoint: {}",
+                    self.host.criu_why
+                )));
+            }
         }
-        if self.host.criu.is_none() {
-            return Err(Error::precondition(format!(
-                "container {id}: checkpoint: {}",
-                self.host.criu_why
-            )));
-        }
-        let staging = staging_dir(&target);
-        let result = self
-            .dump_and_pack(&entry, &staging, &target, timeout_s)
-            .await;
+        let staging = staging_dir(target);
+        let mut result = self.dump_and_pack(entry, &staging, target, timeout_s).await;
         if let Err(e) = std::fs::remove_dir_all(&staging).or_else(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Ok(()),
             _ => Err(e),
         }) {
             tracing::warn!(container = %id, "checkpoint: remove {}: {e}", staging.display());
+        }
+        if let Err(e) = result {
+            result = Err(stopped_meanwhile(&handle, &id, e).await);
+        } else if abandoned.load(Ordering::SeqCst) {
+            tracing::warn!(
+                container = %id,
+                "checkpoint: the caller went away before it finished: {} removed",
+                target.display()
+            );
+            let _ = std::fs::remove_file(target);
         }
         result
     }
@@ -104,6 +151,32 @@ impl Runtime {
             .map_err(|e| Error::internal(format!("checkpoint task: {e}")))?
             .map_err(|e| e.context(format!("container {id}: checkpoint")))
     }
+}
+
+/// Marks the checkpoint abandoned when the caller's future is dropped before it finished.
+struct Abandon(Arc<AtomicBool>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A failed dump of a container that stopped meanwhile (a StopContainer's kill, or its own
+/// exit: CRIU then fails on the vanished processes) says so; other failures are unchanged.
+async fn stopped_meanwhile(handle: &Handle, id: &str, e: Error) -> Error {
+    if !handle.stop_in_flight() && !handle.is_exited() {
+        // CRIU can notice the death before the monitor has reported it.
+        let _ = tokio::time::timeout(Duration::from_secs(1), handle.exited()).await;
+    }
+    if !handle.stop_in_flight() && !handle.is_exited() {
+        return e;
+    }
+    Error::precondition(format!(
+        "container {id}: checkpoint: the container was stopped during the checkpoint \
+         (StopContainer or its own exit); no archive was written ({})",
+        e.message()
+    ))
 }
 
 /// The archive path: `location` absolute, not a directory, in an existing directory.

@@ -120,24 +120,6 @@ pub fn write(c: &Contents, staging: &Path, target: &Path) -> Result<()> {
     pack(staging, target)
 }
 
-/// The `config.dump` of `image` when it names a checkpoint archive (an absolute path to a tar
-/// holding one), as containerd and CRI-O accept in CreateContainer's image.
-pub fn read_config(image: &str) -> Option<ConfigDump> {
-    use std::io::Read;
-    let path = Path::new(image);
-    if !path.is_absolute() || !path.is_file() {
-        return None;
-    }
-    let mut tar = tar::Archive::new(File::open(path).ok()?);
-    let mut entry = tar.entries().ok()?.filter_map(|e| e.ok()).find(|e| {
-        e.path()
-            .is_ok_and(|p| p.as_os_str() == CONFIG_DUMP || p.as_os_str() == "./config.dump")
-    })?;
-    let mut json = Vec::new();
-    entry.read_to_end(&mut json).ok()?;
-    serde_json::from_slice(&json).ok()
-}
-
 /// The bundle's config.json with the pod's name and namespace among its annotations (as
 /// containerd's specs carry them: checkpointctl shows them).
 fn spec_dump(c: &Contents) -> Result<serde_json::Value> {

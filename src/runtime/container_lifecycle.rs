@@ -33,7 +33,6 @@ impl Runtime {
                 "container config: metadata.name is required",
             ));
         }
-        let t0 = std::time::Instant::now();
         let sandbox = self.sandbox(sandbox_id)?;
         let cpus = crate::oci::resources::HostCpus::detect();
         super::validate::container(&new, sandbox.meta(), &cpus)?;
@@ -45,14 +44,22 @@ impl Runtime {
             || std::fs::read_to_string(crate::oci::apparmor::PROFILES_FILE),
             || crate::oci::apparmor::reload_default(&self.layout.apparmor_dir()),
         )?;
-        if let Some(dump) = super::checkpoint_archive::read_config(&new.request.image) {
-            return Err(Error::unimplemented(format!(
-                "container config {name:?}: image {:?} is a checkpoint archive (container {} \
-                 of image {:?}); restoring a checkpoint is not supported yet: create the \
-                 container from its image",
-                new.request.image, dump.id, dump.rootfs_image_name
-            )));
+        if let Some(source) = self.checkpoint_source(&new.request.image) {
+            return self.create_restored(&sandbox, new, source).await;
         }
+        self.create_container_with(sandbox.id(), new, None).await
+    }
+
+    /// CreateContainer after the request's checks; `restore`: from that checkpoint.
+    pub(super) async fn create_container_with(
+        self: &Arc<Self>,
+        sandbox_id: &str,
+        new: NewContainer,
+        restore: Option<super::checkpoint_restore_archive::Extracted>,
+    ) -> Result<String> {
+        let name = new.request.name.clone();
+        let t0 = std::time::Instant::now();
+        let sandbox = self.sandbox(sandbox_id)?;
         let lock = self.sandbox_lock(sandbox.id());
         let _guard = lock.read().await;
         let st = sandbox.status().state();
@@ -112,6 +119,9 @@ impl Runtime {
         let built = async {
             crate::failpoint_check!("container.create.recorded")?;
             let user = self.build_container(&sandbox, &image, entry.meta()).await?;
+            if let Some(x) = &restore {
+                self.finish_restore(&id, entry.meta(), x).await?;
+            }
             // The identity is known only now; a rename, like every status update
             // (docs/architecture.md, "State on disk"): the synced creation record above is
             // what recovery needs.
@@ -367,13 +377,15 @@ impl Runtime {
                 let _ = self.runc(&id).delete(&id, true).await;
                 let _ = tokio::time::timeout(Duration::from_secs(10), handle.exited()).await;
             }
+            // A checkpoint in progress ends first (the stop above killed what it dumps).
+            let dump = handle.checkpoint.lock().await;
             let life = handle.lifecycle.lock().await;
             if self.find_container(&id)?.is_none() {
                 // A concurrent remove got here first and finished.
                 return Ok(());
             }
             if entry.status().state() != ContainerState::Running {
-                break life;
+                break (dump, life);
             }
             // A StartContainer got the lock first: stop what it started.
         };
@@ -441,6 +453,8 @@ impl Runtime {
         let entry = self.container(id)?;
         let id = entry.id().to_string();
         let handle = self.handle(&id);
+        // Not during a checkpoint's dump: runc update freezes and thaws the cgroup CRIU froze.
+        let _dump = handle.checkpoint.lock().await;
         let _life = handle.lifecycle.lock().await;
         if self.state.containers.get(&id).is_err() {
             return Err(Error::not_found(format!(

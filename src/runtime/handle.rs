@@ -1,4 +1,4 @@
-//! A container's in-memory companion: its lifecycle lock, exit notification, in-flight stop and init pidfd.
+//! A container's in-memory companion: its lifecycle and checkpoint locks, exit notification, in-flight stop and init pidfd.
 
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,11 @@ use super::state::lock;
 pub struct Handle {
     /// Serialises create/start/remove steps; never held while waiting for an exit.
     pub lifecycle: tokio::sync::Mutex<()>,
+    /// Held by a checkpoint for its CRIU dump and archive (seconds to minutes), without the
+    /// lifecycle lock: a stop meanwhile signals and kills at its deadline (the kill makes the
+    /// dump fail); a second checkpoint, RemoveContainer and UpdateContainerResources wait for
+    /// it (as containerd's shim and CRI-O's per-container lock make them wait).
+    pub checkpoint: tokio::sync::Mutex<()>,
     /// True once the exit is recorded in the status (or the container can no longer run).
     exited: watch::Sender<bool>,
     /// The deadline of the stop in flight, if any.
@@ -37,6 +42,7 @@ impl Handle {
     pub fn new() -> Arc<Handle> {
         Arc::new(Handle {
             lifecycle: tokio::sync::Mutex::new(()),
+            checkpoint: tokio::sync::Mutex::new(()),
             exited: watch::channel(false).0,
             stop: Mutex::new(None),
             init: Mutex::new(None),
@@ -76,6 +82,11 @@ impl Handle {
         let (tx, rx) = watch::channel(deadline);
         *slot = Some(tx);
         StopRequest::Start(rx)
+    }
+
+    /// Whether a stop is in flight (signalled, waiting for the exit or its deadline).
+    pub fn stop_in_flight(&self) -> bool {
+        lock(&self.stop).is_some()
     }
 
     /// The stop in flight has finished.

@@ -3,6 +3,7 @@
 mod bundle;
 mod checkpoint;
 pub mod checkpoint_archive;
+mod checkpoint_restore_archive;
 mod container_lifecycle;
 pub mod events;
 mod handle;
@@ -12,6 +13,7 @@ mod network;
 pub mod overlay_probe;
 mod pod_lifecycle;
 mod restore;
+mod restore_checkpoint;
 pub mod rootfs;
 pub mod service;
 pub mod session;

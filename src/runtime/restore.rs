@@ -49,6 +49,11 @@ impl Runtime {
                 "recovery: deleting what removals left in the trash"
             );
         }
+        // A restore's extraction a crash interrupted (before its container was recorded).
+        let staging = self.layout.durable.join(super::restore_checkpoint::STAGING);
+        if let Err(e) = self.trash.put(super::state::trash::Bin::Durable, &staging) {
+            tracing::warn!("recovery: {}: {e}", staging.display());
+        }
         let mut recovered: Recovered<SandboxMeta, ContainerMeta> = load_all(&self.layout.durable);
         let mut changed = std::collections::HashSet::new();
         for c in &mut recovered.containers {

@@ -107,6 +107,9 @@ impl Runtime {
         }
         crate::failpoint!("container.start.done");
         handle.set_init(pid);
+        if launch.args.restore.is_some() {
+            self.restored(&id, pid);
+        }
         tracing::info!(
             container = %id,
             pid,
@@ -140,10 +143,17 @@ impl Runtime {
         args.tty = meta.request.tty;
         args.systemd_cgroup = self.config.cgroup_driver == crate::config::CgroupDriver::Systemd;
         args.runtime_options = handler.options.clone();
-        MonitorLaunch {
+        args.restore = self.restore_from(entry.id());
+        let restoring = args.restore.is_some();
+        let mut launch = MonitorLaunch {
             program: self.binary.clone(),
             ..MonitorLaunch::new(args)
+        };
+        if restoring {
+            // CRIU restores the whole memory of the checkpoint before runc returns.
+            launch.timeout = crate::oci::runc::checkpoint::CHECKPOINT_TIMEOUT;
         }
+        launch
     }
 
     /// Launches the monitor of created container `entry` (it runs the container and reports

@@ -1,4 +1,4 @@
-//! The stop sequence with a fake runc and a paused clock: signal choice, deadlines that only shorten, callers that go away.
+//! The stop sequence with a fake runc and a paused clock: signal choice, deadlines that only shorten, callers that go away, a stop during a checkpoint.
 
 use std::time::Duration;
 
@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use super::state::meta::ContainerMeta;
 use super::state::status::{now_ns, ContainerState, ContainerStatus};
-use super::test_fixture::{fixture, Fixture};
+use super::test_fixture::{fixture, fixture_on, Fixture};
 use crate::monitor::exit_record::ExitRecord;
 use crate::oci::runc::fake::Call;
 use crate::oci::{ContainerExit, ContainerRequest};
@@ -218,4 +218,132 @@ async fn a_caller_that_goes_away_does_not_kill_early() {
         kills(&fx, &id),
         vec![(libc::SIGTERM, false), (libc::SIGKILL, true)]
     );
+}
+
+/// A fixture on a host where CRIU works.
+fn with_criu() -> Fixture {
+    let host = crate::oci::HostFacts {
+        criu: Some("/usr/sbin/criu".into()),
+        criu_why: String::new(),
+        ..crate::oci::HostFacts::default()
+    };
+    fixture_on(|_| {}, host)
+}
+
+/// CheckpointContainer of `id` into `<fixture>/checkpoints/<name>` in its own task; returns
+/// the directory.
+fn checkpoint(
+    fx: &Fixture,
+    id: &str,
+    name: &str,
+) -> (
+    std::path::PathBuf,
+    tokio::task::JoinHandle<crate::Result<()>>,
+) {
+    let dir = fx.dir.path().join("checkpoints");
+    std::fs::create_dir_all(&dir).expect("test fixture");
+    let at = dir.join(name).display().to_string();
+    let (rt, id) = (fx.rt.clone(), id.to_string());
+    let task = tokio::spawn(async move { rt.checkpoint_container(&id, &at, 0).await });
+    (dir, task)
+}
+
+fn dumps(fx: &Fixture) -> usize {
+    let calls = fx.runc.calls();
+    calls
+        .iter()
+        .filter(|c| matches!(c, Call::Checkpoint(_)))
+        .count()
+}
+
+fn left_in(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .expect("test fixture")
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .collect()
+}
+
+/// Issue 29: a StopContainer during a checkpoint's dump is not held up by it: the signal,
+/// SIGKILL at the deadline, the exit; the dump of the killed processes fails and the
+/// checkpoint says the container was stopped, leaving nothing behind.
+#[tokio::test(start_paused = true)]
+async fn a_stop_during_a_checkpoint_keeps_its_deadline_and_the_checkpoint_fails() {
+    let fx = with_criu();
+    let id = running(&fx, "web", None, None);
+    fx.runc.set_dump_time(Duration::from_secs(60));
+    let exited = exit_on(&fx, &id, None);
+    let (dir, ck) = checkpoint(&fx, &id, "c.tar");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(dumps(&fx), 1, "the dump is under way");
+    let t0 = Instant::now();
+    fx.rt.stop_container(&id, 2).await.expect("stop");
+    let took = t0.elapsed();
+    assert!((secs(took) - 2.0).abs() < 0.1, "stop took {took:?}");
+    exited.await.expect("exit task");
+    assert_eq!(
+        kills(&fx, &id),
+        vec![(libc::SIGTERM, false), (libc::SIGKILL, true)]
+    );
+    // The dump ends when CRIU notices (here: at its end, 60 s); the stop did not wait for it.
+    let e = ck
+        .await
+        .expect("join")
+        .expect_err("the dump of a killed container");
+    assert_eq!(e.kind(), crate::error::ErrorKind::FailedPrecondition, "{e}");
+    assert!(e.message().contains("stopped during the checkpoint"), "{e}");
+    assert!(left_in(&dir).is_empty(), "left: {:?}", left_in(&dir));
+    let st = fx.rt.container(&id).expect("entry").status();
+    assert_eq!(st.state(), ContainerState::Exited);
+}
+
+/// A second checkpoint waits for the first; RemoveContainer during a dump kills the
+/// container, waits for the failed dump, then removes it; nothing deadlocks.
+#[tokio::test(start_paused = true)]
+async fn a_second_checkpoint_waits_and_a_remove_ends_the_dump_first() {
+    let fx = with_criu();
+    let id = running(&fx, "web", None, None);
+    fx.runc.set_dump_time(Duration::from_secs(10));
+    let _exited = exit_on(&fx, &id, None);
+    let (dir, first) = checkpoint(&fx, &id, "a.tar");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, second) = checkpoint(&fx, &id, "b.tar");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(dumps(&fx), 1, "the second checkpoint waits");
+    let rt = fx.rt.clone();
+    let id2 = id.clone();
+    let remove = tokio::spawn(async move { rt.remove_container(&id2).await });
+    let all = async {
+        remove.await.expect("join").expect("remove");
+        let a = first.await.expect("join").expect_err("first");
+        let b = second.await.expect("join").expect_err("second");
+        (a, b)
+    };
+    let (a, b) = tokio::time::timeout(Duration::from_secs(30), all)
+        .await
+        .expect("no deadlock");
+    assert!(a.message().contains("stopped during the checkpoint"), "{a}");
+    assert_eq!(b.kind(), crate::error::ErrorKind::FailedPrecondition, "{b}");
+    assert_eq!(dumps(&fx), 1, "{b}");
+    assert!(fx.rt.find_container(&id).expect("lookup").is_none());
+    assert!(left_in(&dir).is_empty(), "left: {:?}", left_in(&dir));
+}
+
+/// A checkpoint asked while a stop's grace runs is refused at once: its dump would be killed.
+#[tokio::test(start_paused = true)]
+async fn a_checkpoint_during_a_stop_is_refused() {
+    let fx = with_criu();
+    let id = running(&fx, "web", None, None);
+    let exited = exit_on(&fx, &id, None);
+    let stop = tokio::spawn({
+        let (rt, id) = (fx.rt.clone(), id.clone());
+        async move { rt.stop_container(&id, 30).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, ck) = checkpoint(&fx, &id, "c.tar");
+    let e = ck.await.expect("join").expect_err("refused");
+    assert_eq!(e.kind(), crate::error::ErrorKind::FailedPrecondition, "{e}");
+    assert!(e.message().contains("being stopped"), "{e}");
+    assert_eq!(dumps(&fx), 0);
+    exited.await.expect("exit task");
+    stop.await.expect("join").expect("stop");
 }

@@ -24,6 +24,11 @@ pub(crate) fn fixture() -> Fixture {
 
 /// [`fixture`] with `tweak` applied to its config.
 pub(crate) fn fixture_with(tweak: impl FnOnce(&mut Config)) -> Fixture {
+    fixture_on(tweak, HostFacts::default())
+}
+
+/// [`fixture_with`] on a host with `host`'s facts (CRIU found, say).
+pub(crate) fn fixture_on(tweak: impl FnOnce(&mut Config), host: HostFacts) -> Fixture {
     let dir = tempfile::tempdir().expect("tmp");
     let mut config = Config {
         root: dir.path().join("root"),
@@ -40,7 +45,7 @@ pub(crate) fn fixture_with(tweak: impl FnOnce(&mut Config)) -> Fixture {
         images,
         runc.clone(),
         launcher.clone(),
-        HostFacts::default(),
+        host,
         net.clone(),
         crate::cgroups::warm::Warmer::default(),
     )

@@ -23,6 +23,8 @@ pub enum Call {
     Update(String, serde_json::Value),
     /// `exec(id, args, timeout)`.
     Exec(String, Vec<String>, Option<Duration>),
+    /// `checkpoint(id)`.
+    Checkpoint(String),
 }
 
 #[derive(Default)]
@@ -31,6 +33,7 @@ struct Inner {
     states: HashMap<String, State>,
     failures: HashMap<&'static str, VecDeque<Error>>,
     execs: VecDeque<ExecOutput>,
+    dump_time: Duration,
 }
 
 /// A scripted OCI runtime. `start` makes a known container `running`, `kill` with SIGKILL
@@ -71,6 +74,12 @@ impl FakeRuntime {
     /// The next `exec` returns `output` (default: exit 0, no output).
     pub fn push_exec(&self, output: ExecOutput) {
         self.lock().execs.push_back(output);
+    }
+
+    /// How long a `checkpoint` (a CRIU dump) takes from now on; a SIGKILL of the container
+    /// meanwhile makes it fail at its end, as CRIU does when its processes die.
+    pub fn set_dump_time(&self, d: Duration) {
+        self.lock().dump_time = d;
     }
 
     /// Every call so far, in order.
@@ -164,6 +173,27 @@ impl OciRuntime for FakeRuntime {
         out.stdout.truncate(cap);
         out.stderr.truncate(cap);
         Ok(out)
+    }
+
+    async fn checkpoint(&self, id: &str, dump: &crate::oci::runc::checkpoint::Dump) -> Result<()> {
+        let end = {
+            let inner = self.record("checkpoint", Call::Checkpoint(id.into()))?;
+            tokio::time::Instant::now() + inner.dump_time
+        };
+        // Like CRIU at worst: the dump runs its course (pages already collected are written)
+        // and fails at the end when its processes died meanwhile.
+        let mut died = false;
+        while tokio::time::Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            died |= self.peek(id).is_none_or(|s| s.status == "stopped");
+        }
+        if died {
+            return Err(Error::internal(format!(
+                "container {id}: runc checkpoint: criu failed: the dumped process died"
+            )));
+        }
+        std::fs::write(dump.images.join("inventory.img"), b"fake")
+            .map_err(|e| Error::internal(format!("container {id}: fake dump: {e}")))
     }
 }
 

@@ -41,6 +41,12 @@ impl Layout {
         self.volatile.join("containers").join(id)
     }
 
+    /// A restored container's checkpoint (CRIU's images and work directory), beside its
+    /// writable layer; removed with it.
+    pub fn restore_dir(&self, id: &str) -> PathBuf {
+        self.durable.join("containers").join(id).join("restore")
+    }
+
     /// A container's writable layer (`upper`, `work`), kept until RemoveContainer.
     pub fn rw_dir(&self, id: &str) -> PathBuf {
         self.durable.join("containers").join(id).join("rw")
