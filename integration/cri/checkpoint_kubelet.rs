@@ -18,13 +18,6 @@ const NEEDS: &[Need] = &[
     Need::Criu,
     Need::Kubelet,
 ];
-const NEEDS_HTTP: &[Need] = &[
-    Need::Root,
-    Need::Runc,
-    Need::Images,
-    Need::Criu,
-    Need::KubeletServer,
-];
 const NEEDS_RESTORE: &[Need] = &[
     Need::Root,
     Need::Runc,
@@ -38,13 +31,8 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
     vec![
         trial(
             "cri::checkpoint::kubelet_post_checkpoint_archives_a_running_static_pod",
-            NEEDS_HTTP,
-            kubelet_post_checkpoint,
-        ),
-        trial(
-            "cri::checkpoint::kubelet_static_pod_checkpointed_with_the_kubelets_request_keeps_running",
             NEEDS,
-            kubelet_request_checkpoint,
+            kubelet_post_checkpoint,
         ),
         trial(
             "cri::checkpoint::kubelet_static_pod_restored_from_a_checkpoint_image_counts_on",
@@ -271,24 +259,6 @@ fn members(archive: &Path) -> Result<Vec<String>> {
         .collect()
 }
 
-/// How the checkpoint is asked for.
-#[derive(Clone, Copy)]
-enum How {
-    /// The kubelet's `POST /checkpoint/{ns}/{pod}/{container}` (its authenticated port).
-    Http,
-    /// The CRI request the kubelet's checkpoint handler sends, sent by the test (for a kubelet
-    /// build that does not serve its authenticated port: ../shared/bin's).
-    KubeletsRequest,
-}
-
-/// Now as Go's `time.RFC3339` in UTC (what the kubelet puts in the archive's name).
-fn rfc3339_now() -> Result<String> {
-    let out = Command::new("date")
-        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
-        .output()?;
-    Ok(String::from_utf8(out.stdout)?.trim().to_string())
-}
-
 /// What one kubelet checkpoint gave: the archive, the counter's last value before it was
 /// asked for and the last one the archive's copy of the log has (the dump holds one between
 /// the two: the container kept running while the archive was written), the time taken.
@@ -307,7 +277,6 @@ async fn checkpoint_through_the_kubelet(
     rt: &mut Rt,
     kubelet: &Kubelet,
     busybox: &str,
-    how: How,
 ) -> Result<Taken> {
     kubelet.manifest("counter", &counter_pod("counter", busybox))?;
     let pod = format!("counter-{NODE}");
@@ -320,42 +289,19 @@ async fn checkpoint_through_the_kubelet(
         "stdout",
     ));
     let t = Instant::now();
-    let archive = match how {
-        How::Http => {
-            let (code, body) = kubelet.checkpoint("default", &pod, "counter").await?;
-            ensure!(
-                code == 200,
-                "POST /checkpoint: HTTP {code}: {body}; kubelet log:\n{}",
-                kubelet.log_tail()
-            );
-            let answer: serde_json::Value = serde_json::from_str(&body)
-                .with_context(|| format!("kubelet's answer {body:?}"))?;
-            PathBuf::from(
-                answer["items"][0]
-                    .as_str()
-                    .with_context(|| format!("no archive path in {body}"))?,
-            )
-        }
-        How::KubeletsRequest => {
-            // What the kubelet's checkpoint handler sends its runtime (pkg/kubelet
-            // CheckpointContainer + the CRI client): the container it knows, an archive in
-            // its checkpoints directory named with the pod's full name and an RFC 3339 time
-            // (colons and all), and its runtimeRequestTimeout (2 minutes) as the timeout.
-            std::fs::create_dir_all(kubelet.checkpoints())?;
-            let archive = kubelet.checkpoints().join(format!(
-                "checkpoint-{pod}_default-counter-{}.tar",
-                rfc3339_now()?
-            ));
-            rt.checkpoint_container(pb::CheckpointContainerRequest {
-                container_id: id.clone(),
-                location: archive.display().to_string(),
-                timeout: 120,
-            })
-            .await
-            .context("CheckpointContainer as the kubelet sends it")?;
-            archive
-        }
-    };
+    let (code, body) = kubelet.checkpoint("default", &pod, "counter").await?;
+    ensure!(
+        code == 200,
+        "POST /checkpoint: HTTP {code}: {body}; kubelet log:\n{}",
+        kubelet.log_tail()
+    );
+    let answer: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("kubelet's answer {body:?}"))?;
+    let archive = PathBuf::from(
+        answer["items"][0]
+            .as_str()
+            .with_context(|| format!("no archive path in {body}"))?,
+    );
     let took = t.elapsed();
     let name = archive
         .file_name()
@@ -442,19 +388,11 @@ fn remove_pods(d: &crate::support::Daemon) {
 }
 
 fn kubelet_post_checkpoint() -> Result<()> {
-    kubelet_checkpoint(How::Http)
-}
-
-fn kubelet_request_checkpoint() -> Result<()> {
-    kubelet_checkpoint(How::KubeletsRequest)
-}
-
-fn kubelet_checkpoint(how: How) -> Result<()> {
     Scenario::new().run(async |s| {
         let dir = scratch()?;
         let mut rt = s.rt.clone();
         let kubelet = Kubelet::start(&s.daemon.socket(), dir.path())?;
-        let r = checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox"), how).await;
+        let r = checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox")).await;
         drop(kubelet);
         remove_pods(&s.daemon);
         let taken = r?;
@@ -470,15 +408,9 @@ fn kubelet_restore() -> Result<()> {
         let mut rt = s.rt.clone();
         let kubelet = Kubelet::start(&s.daemon.socket(), dir.path())?;
         let r = async {
-            // ../shared/bin's kubelet serves no authenticated port: the checkpoint is the
-            // kubelet's request sent by the test; the restore is all the kubelet's.
-            let taken = checkpoint_through_the_kubelet(
-                &mut rt,
-                &kubelet,
-                &s.image("busybox"),
-                How::KubeletsRequest,
-            )
-            .await?;
+            // All the kubelet's: its POST /checkpoint, then its pull and create of the image.
+            let taken =
+                checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox")).await?;
             // The checkpoint image (what `buildah add` + `buildah config --annotation` make),
             // pushed to the registry on 127.0.0.1; a second static pod names it.
             let image = crate::support::checkpoint_image::push_checkpoint_image(

@@ -56,10 +56,6 @@ pub enum Need {
     /// The real kubelet: `$BOSUN_KUBELET`, `../shared/bin/kubelet` from the repository root,
     /// or PATH; see [`kubelet_bin`].
     Kubelet,
-    /// [`Need::Kubelet`] serving its authenticated port (10250: `/checkpoint`, exec, logs):
-    /// ../shared/bin's standalone build does not (its realkubelet/main.go serves the
-    /// read-only port only); `BOSUN_KUBELET_SERVER=1` declares that `$BOSUN_KUBELET` does.
-    KubeletServer,
     /// Debian's skopeo (archives as it writes them).
     Skopeo,
     /// Python grpcio (a grpc-core client) in the venv hack/setup.sh makes; see [`grpcio_python`].
@@ -199,16 +195,6 @@ fn unmet(need: Need) -> Option<String> {
              root) or PATH (/work/shared/bin/README.md)"
                 .into(),
         ),
-        Need::KubeletServer if kubelet_bin().is_none() => unmet(Need::Kubelet),
-        Need::KubeletServer if std::env::var_os("BOSUN_KUBELET_SERVER").is_none_or(|v| v != "1") => {
-            Some(
-                "needs a kubelet serving its authenticated port (POST /checkpoint): the \
-                 standalone build in ../shared/bin serves only the read-only port \
-                 (../shared/tools/realkubelet/main.go); set BOSUN_KUBELET_SERVER=1 with \
-                 BOSUN_KUBELET naming one that does"
-                    .into(),
-            )
-        }
         Need::Skopeo if bosun::oci::host::find_in_path("skopeo").is_none() => {
             Some("needs skopeo in PATH (apt-get install skopeo)".into())
         }
