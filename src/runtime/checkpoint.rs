@@ -11,7 +11,7 @@ use super::service::{require_id, Runtime};
 use super::state::meta::ContainerEntry;
 use super::state::paths;
 use super::state::status::ContainerState;
-use crate::error::{Error, Result, ResultExt};
+use crate::error::{echo, Error, Result, ResultExt};
 
 impl Runtime {
     /// Checkpoints running container `id` into the archive `location` (an absolute path; its
@@ -187,16 +187,20 @@ fn check_location(id: &str, location: &str) -> Result<PathBuf> {
     }
     let path = PathBuf::from(location);
     if !path.is_absolute() {
-        return Err(bad(format!("{location:?} is not an absolute path")));
+        return Err(bad(format!("{:?} is not an absolute path", echo(location))));
     }
     if path.is_dir() {
         return Err(bad(format!(
-            "{location:?} is a directory, not an archive path"
+            "{:?} is a directory, not an archive path",
+            echo(location)
         )));
     }
     match path.parent() {
         Some(dir) if dir.is_dir() => Ok(path),
-        _ => Err(bad(format!("{location:?}: its directory does not exist"))),
+        _ => Err(bad(format!(
+            "{:?}: its directory does not exist",
+            echo(location)
+        ))),
     }
 }
 

@@ -36,7 +36,7 @@ pub enum Source {
 impl Source {
     fn name(&self) -> String {
         match self {
-            Source::Archive(p) => p.display().to_string(),
+            Source::Archive(p) => crate::error::echo_path(p),
             Source::Image(r) => r.repo_tags.first().cloned().unwrap_or(r.id.to_string()),
         }
     }
