@@ -1,4 +1,4 @@
-//! crun as a runtime handler where it works (cgroup v2: the VM lane): a container with exec, UpdateContainerResources, stats, stop and an OOM kill; the start latency of the same pod under runc and crun side by side.
+//! crun as a runtime handler where it works (cgroup v2: the VM lane): a container with exec, UpdateContainerResources, stats, stop and an OOM kill; the start latency of the same pod under runc and crun side by side, and of each runtime alone.
 
 use std::time::{Duration, Instant};
 
@@ -113,6 +113,8 @@ fn latency() -> Result<()> {
     const N: usize = 10;
     Scenario::new().run(async |s| {
         let mut p50 = Vec::new();
+        let dir = crate::support::scratch()?;
+        let rootfs = super::handlers_bare::busybox_rootfs(dir.path())?;
         for handler in ["runc", "crun"] {
             let mut times: Vec<Duration> = Vec::new();
             for i in 0..N {
@@ -133,6 +135,18 @@ fn latency() -> Result<()> {
                 mid.as_secs_f64() * 1e3,
                 times[0].as_secs_f64() * 1e3,
                 times[N - 1].as_secs_f64() * 1e3
+            );
+            // The runtime alone, same machine, same minute: what bosun adds on top of it.
+            let bin = bosun::oci::host::find_in_path(handler)
+                .with_context(|| format!("no {handler} in PATH"))?;
+            let bare = super::handlers_bare::bare_starts(&bin, &rootfs, dir.path(), N)?;
+            eprintln!(
+                "LATENCY {handler} alone (`{handler} run --detach`, no pod): p50 {:.1} ms (min \
+                 {:.1}, max {:.1}); bosun's pod + container start adds {:.1} ms at p50",
+                bare[N / 2].as_secs_f64() * 1e3,
+                bare[0].as_secs_f64() * 1e3,
+                bare[N - 1].as_secs_f64() * 1e3,
+                (mid.as_secs_f64() - bare[N / 2].as_secs_f64()) * 1e3
             );
             p50.push(mid);
         }

@@ -13,6 +13,7 @@ mod events;
 mod exec;
 mod features;
 pub mod handlers;
+mod handlers_bare;
 mod handlers_crun;
 mod hostile;
 mod images;
