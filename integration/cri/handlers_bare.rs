@@ -62,29 +62,29 @@ pub fn bare_starts(bin: &Path, rootfs: &Path, dir: &Path, n: usize) -> Result<Ve
     spec["process"]["terminal"] = false.into();
     spec["root"] = serde_json::json!({"path": rootfs, "readonly": true});
     std::fs::write(&path, serde_json::to_vec(&spec)?)?;
-    let runtime = |args: &[&str]| {
+    // Its stderr into a file: the detached container inherits runc's stdio, and a pipe would
+    // not reach EOF before the container ends.
+    let errors = dir.join(format!("{name}.err"));
+    let runtime = |args: &[&str]| -> Result<Command> {
         let mut c = Command::new(bin);
         c.arg("--root").arg(&state).args(args);
         c.stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        c
+            .stderr(std::fs::File::create(&errors)?);
+        Ok(c)
     };
     let mut times = Vec::new();
     for i in 0..n {
         let id = format!("bosun-bare-{name}-{}-{i}", std::process::id());
         let t = Instant::now();
-        let out = runtime(&["run", "--detach", "--bundle"])
+        let status = runtime(&["run", "--detach", "--bundle"])?
             .arg(&bundle)
             .arg(&id)
-            .output()?;
+            .status()?;
         times.push(t.elapsed());
-        let _ = runtime(&["delete", "--force", &id]).output();
-        ensure!(
-            out.status.success(),
-            "{name} run: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let why = std::fs::read_to_string(&errors).unwrap_or_default();
+        let _ = runtime(&["delete", "--force", &id])?.status();
+        ensure!(status.success(), "{name} run: {status}: {why}");
     }
     times.sort();
     Ok(times)
