@@ -33,7 +33,7 @@ pub struct Extracted {
 /// directories are taken; a member with an absolute path or `..`, or a link or device, is
 /// refused (InvalidArgument naming it): nothing can land outside `dest`.
 pub fn extract(archive: &Path, dest: &Path) -> Result<()> {
-    let name = archive.display();
+    let name = crate::error::echo_path(archive);
     let file = File::open(archive)
         .map_err(|e| Error::invalid(format!("checkpoint archive {name}: cannot be read: {e}")))?;
     std::fs::create_dir(dest).ctx(|| format!("create {}", dest.display()))?;
@@ -49,7 +49,7 @@ pub fn extract(archive: &Path, dest: &Path) -> Result<()> {
         let rel = inside(&path).ok_or_else(|| {
             Error::invalid(format!(
                 "checkpoint archive {name}: member {:?} leaves the archive's directory",
-                path.display().to_string()
+                crate::error::echo_path(&path)
             ))
         })?;
         if rel.as_os_str().is_empty() {
@@ -69,7 +69,7 @@ pub fn extract(archive: &Path, dest: &Path) -> Result<()> {
         } else {
             return Err(Error::invalid(format!(
                 "checkpoint archive {name}: member {:?} is a {kind:?}, not a file or directory",
-                path.display().to_string()
+                crate::error::echo_path(&path)
             )));
         }
     }
@@ -188,7 +188,7 @@ pub fn apply_rootfs(dir: &Path, rootfs: &Path) -> Result<()> {
             if !entry.unpack_in(rootfs).map_err(bad)? {
                 return Err(Error::invalid(format!(
                     "checkpoint {ROOTFS_DIFF}: member {:?} leaves the root filesystem",
-                    path.display().to_string()
+                    crate::error::echo_path(&path)
                 )));
             }
         }
