@@ -17,8 +17,9 @@ impl Runtime {
     /// Checkpoints running container `id` into the archive `location` (an absolute path; its
     /// directory must exist). The container keeps running. Checked before anything is made:
     /// the container (NotFound), `location` (InvalidArgument), the container running, not
-    /// being stopped, and CRIU usable on this node (FailedPrecondition, saying why). A failure
-    /// midway leaves no file. `timeout_s` (CRI's `timeout`, 0: ten minutes) bounds CRIU's dump.
+    /// being stopped, CRIU usable on this node and by its runtime handler (FailedPrecondition,
+    /// saying why). A failure midway leaves no file. `timeout_s` (CRI's `timeout`, 0: ten
+    /// minutes) bounds CRIU's dump.
     ///
     /// The work runs in its own task: a caller that goes away (the kubelet's deadline) does not
     /// cut the dump short (runc killed mid-dump) nor leave the staging directory behind; what
@@ -79,6 +80,13 @@ impl Runtime {
                 return Err(Error::precondition(format!(
                     "container {id}: checkpoint: {}",
                     self.host.criu_why
+                )));
+            }
+            let handler = self.handler_of(&id);
+            if let Some(why) = &handler.no_checkpoint {
+                return Err(Error::precondition(format!(
+                    "container {id}: checkpoint: runtime handler {:?}: {why}",
+                    handler.name
                 )));
             }
         }

@@ -139,11 +139,10 @@ impl Runtime {
         source: &str,
     ) -> Result<()> {
         let refuse = |why: String| Error::precondition(format!("checkpoint {source}: {why}"));
-        let handler = self
+        let pod_handler = self
             .handlers
-            .recorded(&sandbox.meta().request.runtime_handler)
-            .name
-            .clone();
+            .recorded(&sandbox.meta().request.runtime_handler);
+        let handler = pod_handler.name.clone();
         if !x.config.runtime.is_empty() && x.config.runtime != handler {
             return Err(refuse(format!(
                 "made by runtime handler {:?}, but pod sandbox {} runs {handler:?}: a restore \
@@ -211,6 +210,9 @@ impl Runtime {
             })?;
         if self.host.criu.is_none() {
             return Err(refuse(self.host.criu_why.clone()));
+        }
+        if let Some(why) = &pod_handler.no_checkpoint {
+            return Err(refuse(format!("runtime handler {handler:?}: {why}")));
         }
         let r = &mut new.request;
         r.image = image

@@ -133,6 +133,8 @@ pub fn runtime_handlers_info(handlers: &Handlers) -> String {
                 })),
                 "usable": h.unusable.is_none(),
                 "reason": h.unusable.clone().unwrap_or_default(),
+                "checkpoint": h.no_checkpoint.is_none(),
+                "checkpointReason": h.no_checkpoint.clone().unwrap_or_default(),
             })
         })
         .collect();

@@ -31,6 +31,9 @@ pub struct Handler {
     pub user_namespaces: bool,
     /// Why pods cannot run on it here; `None`: usable.
     pub unusable: Option<String>,
+    /// Why it cannot checkpoint or restore (a crun built without CRIU); `None`: it can where
+    /// CRIU itself works (the node's `criu check`).
+    pub no_checkpoint: Option<String>,
     /// The declared pod overhead: millicores, bytes.
     pub overhead: Option<(u64, u64)>,
 }
@@ -105,6 +108,7 @@ impl Handlers {
             recursive_read_only: true,
             user_namespaces: true,
             unusable: None,
+            no_checkpoint: None,
             overhead: None,
         };
         let h = Arc::new(h);
@@ -171,11 +175,15 @@ fn probe_one(name: &str, c: &RuntimeHandlerConfig, node: &NodeFacts) -> Handler 
     let binary = find_binary(&c.binary);
     let mut unusable = None;
     let (mut version, mut json) = (String::new(), Vec::new());
+    let mut no_checkpoint = None;
     match &binary {
         None => unusable = Some(format!("{} not found", c.binary.display())),
         Some(bin) => {
             match run(bin, &c.options, "--version") {
-                Ok(out) => version = first_line(&out),
+                Ok(out) => {
+                    version = first_line(&out);
+                    no_checkpoint = crun_without_criu(&out);
+                }
                 Err(e) => unusable = Some(format!("{} --version: {e}", bin.display())),
             }
             json = run(bin, &c.options, "features").unwrap_or_default();
@@ -228,6 +236,7 @@ fn probe_one(name: &str, c: &RuntimeHandlerConfig, node: &NodeFacts) -> Handler 
         recursive_read_only: mounts.rro || crate::sys::mount_api::mount_setattr_supported(),
         user_namespaces: json.is_empty() || lists_user_namespace(&json),
         unusable,
+        no_checkpoint,
         overhead: overhead.filter(|&(cpu, mem)| cpu > 0 || mem > 0),
     }
 }
@@ -262,6 +271,26 @@ fn first_line(out: &[u8]) -> String {
         .unwrap_or_default()
         .trim()
         .to_string()
+}
+
+/// Why a crun cannot checkpoint: its `--version` lists the features it was built with
+/// (`+SYSTEMD +SELINUX … +CRIU`), and without `+CRIU` its `checkpoint` and `restore` only fail
+/// (Debian 12's crun 1.8.1 is built so). Other runtimes: None (runc runs the criu binary).
+fn crun_without_criu(version_out: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(version_out);
+    if !text.starts_with("crun") {
+        return None;
+    }
+    let built_with_criu = text
+        .split_whitespace()
+        .any(|w| w.eq_ignore_ascii_case("+CRIU"));
+    (!built_with_criu).then(|| {
+        format!(
+            "{} was built without CRIU (its --version lists no +CRIU): it can neither \
+             checkpoint nor restore",
+            first_line(version_out)
+        )
+    })
 }
 
 /// `linux.namespaces` of `features` output lists `user`.
@@ -350,5 +379,31 @@ mod tests {
         assert!(e.message().contains("not found"), "{e}");
         let h = handlers(dir.path(), &[("crun", &crun)], true);
         assert!(h.select("crun").is_ok());
+    }
+
+    #[test]
+    fn a_crun_built_without_criu_cannot_checkpoint() {
+        let debian = b"crun version 1.8.1\ncommit: f8a096be\nrundir: /run/crun\nspec: 1.0.0\n\
+                       +SYSTEMD +SELINUX +APPARMOR +CAP +SECCOMP +EBPF +YAJL\n";
+        let why = crun_without_criu(debian).expect("no +CRIU");
+        assert!(
+            why.starts_with("crun version 1.8.1 was built without CRIU"),
+            "{why}"
+        );
+        let with = b"crun version 1.19\nspec: 1.0.0\n+SYSTEMD +SELINUX +CRIU +LIBKRUN +YAJL\n";
+        assert_eq!(crun_without_criu(with), None);
+        assert_eq!(
+            crun_without_criu(b"runc version 1.1.5\ncommit: v1.1.5\n"),
+            None
+        );
+        let dir = tempfile::tempdir().expect("tmp");
+        let crun = script(dir.path(), "crun", "crun version 1.8.1");
+        let h = handlers(dir.path(), &[("crun", &crun)], true);
+        let crun = h.select("crun").expect("usable for pods");
+        assert!(crun
+            .no_checkpoint
+            .as_deref()
+            .is_some_and(|w| w.contains("+CRIU")));
+        assert_eq!(h.select("runc").expect("runc").no_checkpoint, None);
     }
 }
