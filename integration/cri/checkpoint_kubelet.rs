@@ -1,4 +1,4 @@
-//! The real kubelet drives checkpointing (issue 29): its `POST /checkpoint/{ns}/{pod}/{container}` makes bosun write the archive in the kubelet's checkpoints directory while the static pod keeps running, and a second static pod whose image is a checkpoint image built from that archive (on a registry on 127.0.0.1) is restored by bosun and counts on from the checkpointed value. VM lane only (CRIU).
+//! The real kubelet drives checkpointing (issue 29): its `POST /checkpoint/{ns}/{pod}/{container}` makes bosun write the archive in the kubelet's checkpoints directory while the static pod keeps running, and a second static pod whose image is a checkpoint image built from that archive (on a registry on 127.0.0.1) is restored by bosun and counts on from the checkpointed value. VM lane only (CRIU); the POST needs a kubelet that serves its port (../shared/bin's does not).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,6 +17,7 @@ const NEEDS: &[Need] = &[
     Need::Images,
     Need::Criu,
     Need::Kubelet,
+    Need::KubeletServer,
 ];
 const NEEDS_RESTORE: &[Need] = &[
     Need::Root,
@@ -259,6 +260,38 @@ fn members(archive: &Path) -> Result<Vec<String>> {
         .collect()
 }
 
+/// How the checkpoint is asked for.
+#[derive(Clone, Copy)]
+enum How {
+    /// The kubelet's `POST /checkpoint/{ns}/{pod}/{container}` on its authenticated port.
+    Post,
+    /// The CRI request the kubelet's checkpoint handler sends, sent by the test, for a kubelet
+    /// that serves no authenticated port (../shared/bin's: see `kubelet::server_unmet`).
+    KubeletsRequest,
+}
+
+impl How {
+    /// The POST where this kubelet serves it, else its request.
+    fn best() -> How {
+        match crate::support::kubelet::server_unmet() {
+            None => How::Post,
+            Some(why) => {
+                println!("checkpoint as the kubelet's CRI request, not its POST: {why}");
+                How::KubeletsRequest
+            }
+        }
+    }
+}
+
+/// Now as Go's `time.RFC3339` in UTC (what the kubelet puts in the archive's name).
+fn rfc3339_now() -> Result<String> {
+    let out = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()?;
+    ensure!(out.status.success(), "date: {}", out.status);
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
+}
+
 /// What one kubelet checkpoint gave: the archive, the counter's last value before it was
 /// asked for and the last one the archive's copy of the log has (the dump holds one between
 /// the two: the container kept running while the archive was written), the time taken.
@@ -271,12 +304,13 @@ struct Taken {
     took: Duration,
 }
 
-/// Runs static pod `counter`, has the kubelet checkpoint it, and checks the archive and that
-/// the pod keeps running and counting.
+/// Runs static pod `counter`, has it checkpointed `how`, and checks the archive and that the
+/// pod keeps running and counting.
 async fn checkpoint_through_the_kubelet(
     rt: &mut Rt,
     kubelet: &Kubelet,
     busybox: &str,
+    how: How,
 ) -> Result<Taken> {
     kubelet.manifest("counter", &counter_pod("counter", busybox))?;
     let pod = format!("counter-{NODE}");
@@ -289,19 +323,42 @@ async fn checkpoint_through_the_kubelet(
         "stdout",
     ));
     let t = Instant::now();
-    let (code, body) = kubelet.checkpoint("default", &pod, "counter").await?;
-    ensure!(
-        code == 200,
-        "POST /checkpoint: HTTP {code}: {body}; kubelet log:\n{}",
-        kubelet.log_tail()
-    );
-    let answer: serde_json::Value =
-        serde_json::from_str(&body).with_context(|| format!("kubelet's answer {body:?}"))?;
-    let archive = PathBuf::from(
-        answer["items"][0]
-            .as_str()
-            .with_context(|| format!("no archive path in {body}"))?,
-    );
+    let archive = match how {
+        How::Post => {
+            let (code, body) = kubelet.checkpoint("default", &pod, "counter").await?;
+            ensure!(
+                code == 200,
+                "POST /checkpoint: HTTP {code}: {body}; kubelet log:\n{}",
+                kubelet.log_tail()
+            );
+            let answer: serde_json::Value = serde_json::from_str(&body)
+                .with_context(|| format!("kubelet's answer {body:?}"))?;
+            PathBuf::from(
+                answer["items"][0]
+                    .as_str()
+                    .with_context(|| format!("no archive path in {body}"))?,
+            )
+        }
+        How::KubeletsRequest => {
+            // What the kubelet's checkpoint handler sends its runtime (pkg/kubelet's
+            // CheckpointContainer through its CRI client): the container it runs, an archive
+            // in its checkpoints directory named with the pod's full name and an RFC 3339
+            // time, and its runtimeRequestTimeout (2 minutes) as the timeout.
+            std::fs::create_dir_all(kubelet.checkpoints())?;
+            let archive = kubelet.checkpoints().join(format!(
+                "checkpoint-{pod}_default-counter-{}.tar",
+                rfc3339_now()?
+            ));
+            rt.checkpoint_container(pb::CheckpointContainerRequest {
+                container_id: id.clone(),
+                location: archive.display().to_string(),
+                timeout: 120,
+            })
+            .await
+            .context("CheckpointContainer as the kubelet sends it")?;
+            archive
+        }
+    };
     let took = t.elapsed();
     let name = archive
         .file_name()
@@ -392,7 +449,8 @@ fn kubelet_post_checkpoint() -> Result<()> {
         let dir = scratch()?;
         let mut rt = s.rt.clone();
         let kubelet = Kubelet::start(&s.daemon.socket(), dir.path())?;
-        let r = checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox")).await;
+        let r =
+            checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox"), How::Post).await;
         drop(kubelet);
         remove_pods(&s.daemon);
         let taken = r?;
@@ -408,9 +466,11 @@ fn kubelet_restore() -> Result<()> {
         let mut rt = s.rt.clone();
         let kubelet = Kubelet::start(&s.daemon.socket(), dir.path())?;
         let r = async {
-            // All the kubelet's: its POST /checkpoint, then its pull and create of the image.
+            // The kubelet's POST /checkpoint (or, where it serves no port, the CRI request
+            // its handler sends), then its pull and create of the image: all the kubelet's.
             let taken =
-                checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox")).await?;
+                checkpoint_through_the_kubelet(&mut rt, &kubelet, &s.image("busybox"), How::best())
+                    .await?;
             // The checkpoint image (what `buildah add` + `buildah config --annotation` make),
             // pushed to the registry on 127.0.0.1; a second static pod names it.
             let image = crate::support::checkpoint_image::push_checkpoint_image(

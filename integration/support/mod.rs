@@ -10,6 +10,7 @@ pub mod disk;
 pub mod fault_proxy;
 pub mod images;
 pub mod inproc;
+pub mod kubelet;
 pub mod leaks;
 // Options and RPCs the trials not yet converted need (supervised nodes, other runtimes,
 // prepared roots, resources) are kept ready.
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub use daemon::Daemon;
+pub use kubelet::kubelet_bin;
 pub use registry::Registry;
 #[allow(unused_imports)]
 pub use scenario::{Scenario, Scene};
@@ -56,6 +58,10 @@ pub enum Need {
     /// The real kubelet: `$BOSUN_KUBELET`, `../shared/bin/kubelet` from the repository root,
     /// or PATH; see [`kubelet_bin`].
     Kubelet,
+    /// [`Need::Kubelet`] serving its authenticated port (`POST /checkpoint`): not
+    /// `../shared/bin`'s build, which serves only the read-only port; see
+    /// [`kubelet::server_unmet`].
+    KubeletServer,
     /// Debian's skopeo (archives as it writes them).
     Skopeo,
     /// Python grpcio (a grpc-core client) in the venv hack/setup.sh makes; see [`grpcio_python`].
@@ -195,6 +201,7 @@ fn unmet(need: Need) -> Option<String> {
              root) or PATH (/work/shared/bin/README.md)"
                 .into(),
         ),
+        Need::KubeletServer => kubelet::server_unmet(),
         Need::Skopeo if bosun::oci::host::find_in_path("skopeo").is_none() => {
             Some("needs skopeo in PATH (apt-get install skopeo)".into())
         }
@@ -254,17 +261,6 @@ pub fn crictl_bin() -> Option<PathBuf> {
     Some(repo_root().join("../shared/bin/crictl"))
         .filter(|p| p.is_file())
         .or_else(|| bosun::oci::host::find_in_path("crictl"))
-}
-
-/// The kubelet: `$BOSUN_KUBELET`, else `../shared/bin/kubelet` from the repository root,
-/// else in PATH.
-pub fn kubelet_bin() -> Option<PathBuf> {
-    std::env::var_os("BOSUN_KUBELET")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(Some(repo_root().join("../shared/bin/kubelet")))
-        .find(|p| p.is_file())
-        .or_else(|| bosun::oci::host::find_in_path("kubelet"))
 }
 
 /// `kubectl` in PATH.
