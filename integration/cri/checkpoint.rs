@@ -38,7 +38,8 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 }
 
 /// A shell counter: `ready`, then `n=<i>` every 0.2 s.
-const COUNTER: &str = "i=0; echo ready; while :; do i=$((i+1)); echo n=$i; sleep 0.2; done";
+pub(super) const COUNTER: &str =
+    "i=0; echo ready; while :; do i=$((i+1)); echo n=$i; sleep 0.2; done";
 
 pub(super) async fn checkpoint(
     rt: &mut cri::Rt,
@@ -55,7 +56,7 @@ pub(super) async fn checkpoint(
 }
 
 /// The error of a checkpoint that must be refused.
-fn refused(r: std::result::Result<(), tonic::Status>) -> Result<tonic::Status> {
+pub(super) fn refused(r: std::result::Result<(), tonic::Status>) -> Result<tonic::Status> {
     match r {
         Ok(()) => anyhow::bail!("the checkpoint was taken, not refused"),
         Err(e) => Ok(e),

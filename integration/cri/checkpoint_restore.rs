@@ -19,7 +19,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 }
 
 /// An archive's members: name, content.
-type Members = Vec<(String, Vec<u8>)>;
+pub(super) type Members = Vec<(String, Vec<u8>)>;
 
 /// A tar at `path` of `members` (name, content; `None`: a directory), names written raw.
 fn hand_archive(path: &Path, members: &[(&str, Option<&[u8]>)]) -> Result<()> {
@@ -41,7 +41,7 @@ fn hand_archive(path: &Path, members: &[(&str, Option<&[u8]>)]) -> Result<()> {
     Ok(())
 }
 
-fn write_members(path: &Path, members: &Members) -> Result<()> {
+pub(super) fn write_members(path: &Path, members: &Members) -> Result<()> {
     let refs: Vec<(&str, Option<&[u8]>)> = members
         .iter()
         .map(|(n, d)| (n.as_str(), Some(d.as_slice())))
@@ -50,7 +50,7 @@ fn write_members(path: &Path, members: &Members) -> Result<()> {
 }
 
 /// config.dump of a busybox counter checkpointed by `runtime`, from `image`.
-fn config_dump(runtime: &str, image: &str) -> Vec<u8> {
+pub(super) fn config_dump(runtime: &str, image: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "id": "0123456789abcdef", "name": "counter", "rootfsImage": image,
         "rootfsImageName": image, "rootfsImageRef": "", "runtime": runtime,
@@ -59,7 +59,7 @@ fn config_dump(runtime: &str, image: &str) -> Vec<u8> {
 }
 
 /// spec.dump with the pod's files and `binds` bind-mounted, on a terminal or not.
-fn spec_dump(binds: &[&str], terminal: bool) -> Vec<u8> {
+pub(super) fn spec_dump(binds: &[&str], terminal: bool) -> Vec<u8> {
     let mut mounts = vec![
         serde_json::json!({"destination": "/proc", "type": "proc", "source": "proc"}),
         serde_json::json!({"destination": "/etc/hosts", "type": "bind",
@@ -196,7 +196,7 @@ fn refusals() -> Result<()> {
 }
 
 /// CreateContainer in `pod` whose image is `archive`; the refusal.
-async fn create_from(
+pub(super) async fn create_from(
     s: &crate::support::Scene,
     pod: &cri::Pod,
     archive: &Path,
@@ -210,7 +210,7 @@ async fn create_from(
         .with_context(|| format!("created from {}", archive.display()))
 }
 
-fn dir_names(dir: &Path) -> Vec<String> {
+pub(super) fn dir_names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|r| {
             r.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
@@ -222,7 +222,7 @@ fn dir_names(dir: &Path) -> Vec<String> {
 }
 
 /// No container listed or recorded, no staging directory left.
-async fn left_nothing(
+pub(super) async fn left_nothing(
     s: &crate::support::Scene,
     before: usize,
     root: &Path,

@@ -2,6 +2,7 @@
 
 mod apparmor;
 mod checkpoint;
+mod checkpoint_crun;
 mod checkpoint_image_script;
 mod checkpoint_kubelet;
 mod checkpoint_restore;
@@ -48,6 +49,7 @@ trials! {
     apparmor,
     checkpoint,
     checkpoint_image_script,
+    checkpoint_crun,
     checkpoint_kubelet,
     checkpoint_restore,
     checkpoint_restore_lane,
